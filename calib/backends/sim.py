@@ -1,0 +1,152 @@
+"""The simulated GPU: a test instrument and a demo, never a measurement.
+
+Its ground truth is a JSON spec whose ``params`` keys are profile parameter names (the true values)
+plus a noise model; it turns each sweep point into sample times through the same physical models
+that the fits assume, so a calibration on it must recover the planted values inside their CIs.
+A whole sweep is simulated at once (one matrix of samples), so a coverage test over hundreds of
+seeds takes seconds.
+
+Spec (every key optional; defaults are H200-like)::
+
+    {"name": "H200-like",
+     "device": {"sm_count": 132, "l2_bytes": 62914560, "memory_bytes": 150000000000},
+     "params": {"memory.dram.read_bandwidth_gbps": 4300.0, ...},
+     "noise": {"rel_sd": 0.01, "outlier_rate": 0.01, "outlier_scale": 1.0, "seed": 0}}
+
+Noise: each sample is ``t * (1 + rel_sd * N(0,1))``; with probability ``outlier_rate`` a sample is
+also slowed by a factor ``1 + outlier_scale * Exp(1)`` (a context switch, a neighbour's kernel).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..experiments import dram
+from ..fingerprint import software_fingerprint
+from ..timing import Measurement, StoppingRule
+from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
+
+DEFAULT_DEVICE = {"sm_count": 132, "l2_bytes": 60 * 2**20, "memory_bytes": 143771 * 2**20}
+DEFAULT_NOISE = {"rel_sd": 0.01, "outlier_rate": 0.01, "outlier_scale": 1.0, "seed": 0}
+# One entry per experiment module: its true-time model and its H200-like defaults.
+MODELS = {dram.EXPERIMENT: dram}
+
+
+class SimSpecError(ValueError):
+    pass
+
+
+def load_spec(spec: str | Path | dict | None) -> dict:
+    """Read a spec (path, dict or None for the defaults) and fill in every default."""
+    source = "built-in H200-like defaults"
+    if spec is None:
+        raw = {}
+    elif isinstance(spec, dict):
+        raw, source = spec, "given as a dict"
+    else:
+        path = Path(spec)
+        try:
+            raw = json.loads(path.read_text())
+        except OSError as exc:
+            raise SimSpecError(f"cannot read simulated-device spec {path}: {exc.strerror or exc}") from None
+        except json.JSONDecodeError as exc:
+            raise SimSpecError(f"simulated-device spec {path} is not valid JSON: {exc}") from None
+        source = str(path)
+    if not isinstance(raw, dict):
+        raise SimSpecError("a simulated-device spec must be a JSON object")
+    unknown = set(raw) - {"name", "device", "params", "noise"}
+    if unknown:
+        raise SimSpecError(f"unknown keys in simulated-device spec: {sorted(unknown)}")
+    params = dict(raw.get("params") or {})
+    for name, value in params.items():
+        if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
+            raise SimSpecError(f"spec parameter {name!r} must be a positive number, got {value!r}")
+    truth = {}
+    for module in MODELS.values():
+        truth.update(module.default_truth(params))
+    noise = {**DEFAULT_NOISE, **(raw.get("noise") or {})}
+    if not 0 <= noise["outlier_rate"] < 0.5:
+        raise SimSpecError(f"noise.outlier_rate must be in [0, 0.5), got {noise['outlier_rate']}")
+    if noise["rel_sd"] < 0:
+        raise SimSpecError("noise.rel_sd must not be negative")
+    return {"name": raw.get("name", "H200-like"), "device": {**DEFAULT_DEVICE, **(raw.get("device") or {})},
+            "params": truth, "noise": noise, "source": source}
+
+
+class SimBackend(Backend):
+    name = "sim"
+    simulated = True
+
+    def __init__(self, spec=None, rule: StoppingRule | None = None, seed: int | None = None):
+        super().__init__(rule)
+        self.spec = load_spec(spec)
+        if seed is not None:
+            self.spec["noise"]["seed"] = int(seed)
+        self.rng = np.random.default_rng(self.spec["noise"]["seed"])
+
+    @property
+    def truth(self) -> dict:
+        return self.spec["params"]
+
+    @property
+    def l2_bytes(self) -> int:
+        return int(self.spec["device"]["l2_bytes"])
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.spec["device"]["memory_bytes"])
+
+    def fingerprint(self) -> tuple[dict, dict]:
+        d = self.spec["device"]
+        device = {"name": f"calib simulated GPU ({self.spec['name']})", "simulated": True,
+                  "compute_capability": "sim", "sm_count": d["sm_count"], "memory_bytes": d["memory_bytes"],
+                  "l2_bytes": d["l2_bytes"], "sim_spec": self.spec["source"]}
+        return device, software_fingerprint(backend="sim")
+
+    def sample_matrix(self, true_us: np.ndarray, n: int) -> np.ndarray:
+        """(points x n) noisy samples around ``true_us``."""
+        noise = self.spec["noise"]
+        shape = (true_us.size, n)
+        samples = true_us[:, None] * (1.0 + noise["rel_sd"] * self.rng.standard_normal(shape))
+        if noise["outlier_rate"] > 0:
+            hit = self.rng.random(shape) < noise["outlier_rate"]
+            samples = np.where(hit, samples * (1.0 + noise["outlier_scale"] * self.rng.exponential(1.0, shape)), samples)
+        return np.maximum(samples, 1e-3)
+
+    def true_time_us(self, configs: list[dict]) -> np.ndarray:
+        out = np.empty(len(configs))
+        by_experiment: dict[str, list[int]] = {}
+        for i, c in enumerate(configs):
+            by_experiment.setdefault(c.get("experiment"), []).append(i)
+        for experiment, idx in by_experiment.items():
+            module = MODELS[experiment]
+            frame = {k: [configs[i][k] for i in idx] for k in configs[idx[0]]}
+            out[idx] = module.true_time_us(frame, self.truth)
+        return out
+
+    def measure(self, configs: list[dict]) -> list[Measurement | Exception]:
+        results: list[Measurement | Exception] = [None] * len(configs)  # type: ignore[list-item]
+        ok = []
+        for i, c in enumerate(configs):
+            module = MODELS.get(c.get("experiment"))
+            if module is None:
+                results[i] = UnsupportedConfig(f"the simulated device has no model for {c.get('experiment')!r}")
+            elif module.footprint_bytes(c) > self.memory_bytes:
+                results[i] = DeviceOutOfMemory(
+                    f"needs {module.footprint_bytes(c) / 2**30:.1f} GiB of device memory; the simulated device "
+                    f"has {self.memory_bytes / 2**30:.1f} GiB")
+            else:
+                ok.append(i)
+        if ok:
+            true_us = self.true_time_us([configs[i] for i in ok])
+            samples = self.sample_matrix(true_us, self.rule.max_samples)
+            taken, reasons = self.rule.samples_needed(samples)
+            protocol = {"timer": "simulated", "rule": self.rule.to_dict(), "perf_config": {"simulated": True},
+                        "noise": self.spec["noise"]}
+            for row, i in enumerate(ok):
+                results[i] = Measurement(samples[row, : taken[row]], stop_reason=str(reasons[row]),
+                                         protocol=protocol, simulated=True)
+        return results

@@ -1,0 +1,99 @@
+"""What a calibration notebook does between its parameters cell and its plots.
+
+A notebook opens a :class:`Calibration` (backend + results store + session), runs sweeps through it,
+fits with :mod:`calib.fit`, and writes a *fragment*: the parameters it derived plus the fingerprint
+they were measured under. ``calib run`` merges the fragments of a run into the machine profile.
+Keeping this here rather than in the notebooks keeps them thin and this logic under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .backends import get_backend, resolve_backend_name
+from .profile import ProfileError, Parameter, _write_atomic, utc_now
+from .store import Store, sqlite_url
+from .sweep import run_sweep
+from .timing import StoppingRule
+
+FRAGMENT_SCHEMA = "calib.fragment/1"
+SIMULATED_BANNER = ("SIMULATED DEVICE: these numbers come from calib's simulated GPU, not from real "
+                    "hardware. They demonstrate the pipeline and test the statistics.")
+
+
+class Calibration:
+    def __init__(self, *, backend: str = "auto", sim_spec=None, device: int = 0, db: str | None = None,
+                 output_dir: str | os.PathLike = ".", label: str | None = None, reason: str | None = None,
+                 ticket: str | None = None, rule: StoppingRule | None = None, seed: int | None = None):
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        name, self.backend_reason = resolve_backend_name(backend, device)
+        self.backend = get_backend(name, sim_spec=sim_spec or None, device=device, rule=rule, seed=seed)
+        self.device_index = device
+        self.device, self.software = self.backend.fingerprint()
+        self.store = Store(db or sqlite_url(self.output_dir / "results.sqlite"))
+        self.label = label or f"calib-{utc_now()}"
+        self.session_id = self.store.open_session(self.label, self.device, self.software, reason=reason, ticket=ticket)
+
+    @property
+    def simulated(self) -> bool:
+        return self.backend.simulated
+
+    def banner(self) -> str:
+        """The first thing a notebook prints: which device, and plainly whether it is simulated."""
+        head = f"calib {self.software.get('calib')} on {self.device.get('name')} [{self.backend.name} backend: " \
+               f"{self.backend_reason}]"
+        return f"{SIMULATED_BANNER}\n{head}" if self.simulated else head
+
+    def sweep(self, configs: list[dict], *, desc: str = "sweep", progress: bool = True):
+        """Measure the configs not yet completed in this session; return the tidy frame of all."""
+        report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
+                           gpu_id=self.device_index if not self.simulated else None)
+        experiments = {c["experiment"] for c in configs}
+        frame = self.store.frame(self.session_id)
+        if not frame.empty:
+            frame = frame[frame["experiment"].isin(experiments)].reset_index(drop=True)
+        return frame, report
+
+    def title(self, text: str) -> str:
+        return f"{text} (SIMULATED DEVICE)" if self.simulated else f"{text} on {self.device.get('name')}"
+
+    def save_figure(self, fig, name: str) -> Path:
+        path = self.output_dir / f"{name}.png"
+        fig.savefig(path, dpi=110)
+        return path
+
+    def write_fragment(self, records: dict, *, source: str) -> Path:
+        path = self.output_dir / f"fragment-{Path(source).stem}.json"
+        write_fragment(path, records, device=self.device, software=self.software, source=source,
+                       session={"db": self.store.url, "id": self.session_id, "label": self.label})
+        return path
+
+
+def write_fragment(path, records: dict, *, device: dict, software: dict, source: str, session: dict | None = None):
+    now = utc_now()
+    params = {}
+    for name, rec in records.items():
+        rec = {**rec, "source": rec.get("source") or source, "measured": rec.get("measured") or now}
+        Parameter.from_record(name, rec)  # never write what the profile would refuse to read
+        params[name] = rec
+    doc = {"schema": FRAGMENT_SCHEMA, "simulated": bool(device.get("simulated")), "device": device,
+           "software": software, "created": now, "source": source, "session": session or {}, "params": params}
+    if doc["simulated"]:
+        doc["note"] = SIMULATED_BANNER
+    _write_atomic(Path(path), doc)
+
+
+def read_fragment(path) -> dict:
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"fragment {path} cannot be read: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != FRAGMENT_SCHEMA:
+        raise ProfileError(f"fragment {path} is not a {FRAGMENT_SCHEMA} document")
+    for name, rec in doc.get("params", {}).items():
+        Parameter.from_record(name, rec)
+    return doc

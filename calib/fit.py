@@ -1,0 +1,231 @@
+"""Fits of timing models, with confidence intervals that come from the fit and flags that say
+when the fit should not be trusted.
+
+The basic model of every throughput parameter is ``t = t0 + work / rate``: a fixed cost plus the
+work (bytes, elements, flops) over the rate. It is linear in ``1/rate``, so it is fitted by least
+squares and the rate's interval is the slope's interval inverted (exact for a monotone map); where
+the slope's interval reaches zero the inversion is meaningless and the delta method stands in,
+with a flag.
+
+Timing noise is roughly proportional to the time (a 1% jitter on a 1 ms kernel is ten times one on
+100 us), and a point's median from n samples has variance ~ t^2 / n. The fit is therefore weighted
+by ``n / t_fitted^2`` (fitted, not observed, times, so that a noisy point does not pick its own
+weight), with heteroscedasticity-robust (HC3) errors by default as a guard against a wrong variance
+model, and Huber's M-estimator as the outlier-robust option.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# A poor fit is flagged, never hidden. These thresholds decide what "poor" means.
+MIN_R2 = 0.99
+MAX_REL_CI_HALFWIDTH = 0.05
+PATTERN_P = 0.001
+OUTLIER_Z = 4.0
+MIN_POINTS = 5
+
+
+@dataclass
+class LinearTimeFit:
+    """``t_us = intercept_us + x / rate``, fitted over sweep points."""
+
+    x: np.ndarray
+    t_us: np.ndarray
+    weights: np.ndarray
+    method: str
+    intercept_us: float
+    intercept_ci95: tuple[float, float]
+    slope_us: float  # microseconds per unit of x
+    slope_ci95: tuple[float, float]
+    slope_se: float
+    dof: float
+    r2: float
+    fitted_us: np.ndarray
+    std_resid: np.ndarray
+    flags: list[str] = field(default_factory=list)
+    diagnostics: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return int(self.x.size)
+
+    @property
+    def rate_per_s(self) -> float:
+        return 1e6 / self.slope_us if self.slope_us > 0 else float("nan")
+
+    @property
+    def rate_ci95_per_s(self) -> tuple[float, float]:
+        lo, hi = self.slope_ci95
+        if lo > 0:
+            return 1e6 / hi, 1e6 / lo
+        # Delta method: se(1/b) = se(b) / b^2. Only reached for a fit already flagged.
+        from scipy import stats
+
+        rate = self.rate_per_s
+        se = 1e6 * self.slope_se / self.slope_us**2 if self.slope_us > 0 else float("inf")
+        q = stats.t.ppf(0.975, self.dof)
+        return rate - q * se, rate + q * se
+
+    def rate_record(self, scale: float, unit: str, *, source: str | None = None, extra_flags=()) -> dict:
+        """A profile record for the rate, in units of ``scale`` per second (1e9 for GB/s)."""
+        lo, hi = self.rate_ci95_per_s
+        value = self.rate_per_s / scale
+        flags = list(self.flags) + list(extra_flags)
+        rel = (hi - lo) / 2 / self.rate_per_s if self.rate_per_s > 0 else float("inf")
+        if rel > MAX_REL_CI_HALFWIDTH:
+            flags.append(f"wide CI: ±{rel:.1%}")
+        return _record(value, (lo / scale, hi / scale), unit, self, flags, source,
+                       ci_method="inverted slope CI" if self.slope_ci95[0] > 0 else "delta method")
+
+    def intercept_record(self, unit: str = "us", *, source: str | None = None) -> dict:
+        flags = list(self.flags)
+        if self.intercept_ci95[1] < 0:
+            flags.append("negative fixed cost: the model misses something at small sizes")
+        return _record(self.intercept_us, self.intercept_ci95, unit, self, flags, source,
+                       ci_method="intercept CI")
+
+    def plot_residuals(self, *, title: str = "", x_label: str = "x", axes=None):
+        """Standardized residuals against fitted time and against x, and a normal Q-Q plot."""
+        import matplotlib.pyplot as plt
+        from scipy import stats
+
+        if axes is None:
+            fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
+        else:
+            fig = axes[0].figure
+        a0, a1, a2 = axes
+        a0.scatter(self.fitted_us, self.std_resid, s=14)
+        a0.set(xlabel="fitted time (us)", ylabel="standardized residual")
+        a1.scatter(self.x, self.std_resid, s=14)
+        a1.set(xlabel=x_label, ylabel="standardized residual", xscale="log")
+        for ax in (a0, a1):
+            ax.axhline(0, color="k", lw=0.8)
+            ax.axhline(OUTLIER_Z, color="r", lw=0.6, ls=":")
+            ax.axhline(-OUTLIER_Z, color="r", lw=0.6, ls=":")
+        (osm, osr), (slope, icpt, _) = stats.probplot(self.std_resid, dist="norm")
+        a2.scatter(osm, osr, s=14)
+        a2.plot(osm, slope * np.asarray(osm) + icpt, "k-", lw=0.8)
+        a2.set(xlabel="normal quantile", ylabel="ordered residual", title="Q-Q")
+        flag_text = "; ".join(self.flags) if self.flags else "no flags"
+        fig.suptitle(f"{title}   [{self.method}; R²={self.r2:.5f}; {flag_text}]", fontsize=9)
+        return fig
+
+
+def _record(value, ci, unit, fit: LinearTimeFit, flags, source, ci_method) -> dict:
+    rec = {"value": float(value), "ci95": [float(ci[0]), float(ci[1])], "unit": unit, "n": fit.n,
+           "method": f"{fit.method}; {ci_method}", "r2": float(fit.r2), "flags": flags,
+           "diagnostics": {k: v for k, v in fit.diagnostics.items()}}
+    if source:
+        rec["source"] = source
+    return rec
+
+
+def fit_linear_time(x, t_us, *, n_samples=None, robust: bool = False, cov_type: str = "HC3") -> LinearTimeFit:
+    """Fit ``t_us = t0 + x * slope`` by weighted least squares (or Huber's M-estimator)."""
+    import statsmodels.api as sm
+
+    x = np.asarray(x, dtype=float)
+    t_us = np.asarray(t_us, dtype=float)
+    n_samples = np.ones_like(x) if n_samples is None else np.asarray(n_samples, dtype=float)
+    if x.size < 3:
+        raise ValueError(f"a linear time model needs at least 3 points, got {x.size}")
+    if np.unique(x).size < 2:
+        raise ValueError("all points have the same size: the slope is not identified")
+    scale = float(np.max(np.abs(x)))  # conditioning: x in [0, 1]
+    design = sm.add_constant(x / scale, has_constant="add")
+
+    first = sm.OLS(t_us, design).fit()
+    fitted0 = first.fittedvalues
+    fitted0 = np.where(fitted0 > 0, fitted0, t_us)
+    weights = n_samples / fitted0**2
+
+    if robust:
+        sw = np.sqrt(weights)
+        res = sm.RLM(t_us * sw, design * sw[:, None], M=sm.robust.norms.HuberT()).fit()
+        method = "Huber M-estimate, weights n/t²"
+        dof = max(x.size - 2, 1)
+        resid_w = (t_us - design @ res.params) * sw
+        scale_est = float(res.scale)
+        fitted = design @ res.params
+    else:
+        res = sm.WLS(t_us, design, weights=weights).fit(cov_type=cov_type)
+        method = f"WLS t ~ x, weights n/t², {cov_type}"
+        dof = float(res.df_resid)
+        resid_w = res.wresid
+        scale_est = math.sqrt(res.scale)
+        fitted = res.fittedvalues
+    params = np.asarray(res.params)
+    bse = np.asarray(res.bse)
+    # statsmodels uses the normal distribution for robust covariances; with ~10 points per fit the
+    # t distribution is the honest choice, whichever covariance estimate is used.
+    from scipy import stats
+
+    q = stats.t.ppf(0.975, dof)
+    icpt_ci = (params[0] - q * bse[0], params[0] + q * bse[0])
+    slope_ci = ((params[1] - q * bse[1]) / scale, (params[1] + q * bse[1]) / scale)
+
+    ybar = np.average(t_us, weights=weights)
+    ss_tot = float(np.sum(weights * (t_us - ybar) ** 2))
+    ss_res = float(np.sum(resid_w**2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+    std_resid = resid_w / scale_est if scale_est > 0 else np.zeros_like(resid_w)
+
+    fit = LinearTimeFit(x=x, t_us=t_us, weights=weights, method=method, intercept_us=float(params[0]),
+                        intercept_ci95=(float(icpt_ci[0]), float(icpt_ci[1])), slope_us=float(params[1] / scale),
+                        slope_ci95=(float(slope_ci[0]), float(slope_ci[1])), slope_se=float(bse[1] / scale),
+                        dof=dof, r2=float(r2), fitted_us=np.asarray(fitted), std_resid=np.asarray(std_resid))
+    _diagnose(fit, design, weights)
+    return fit
+
+
+def _diagnose(fit: LinearTimeFit, design: np.ndarray, weights: np.ndarray):
+    """Fill ``fit.flags``/``fit.diagnostics``: low R², curvature, runs of residual signs, outliers."""
+    import statsmodels.api as sm
+
+    d = fit.diagnostics
+    d["n_points"] = fit.n
+    d["r2"] = fit.r2
+    if fit.n < MIN_POINTS:
+        fit.flags.append(f"few points: {fit.n}")
+    if not fit.r2 >= MIN_R2:
+        fit.flags.append(f"low R²: {fit.r2:.4f}")
+    if fit.slope_ci95[0] <= 0:
+        fit.flags.append("slope CI reaches zero: the rate is not identified")
+
+    if fit.n >= 5:
+        # Curvature: does a squared term explain what the line leaves?
+        xs = design[:, 1]
+        quad = sm.WLS(fit.t_us, np.column_stack([design, xs**2]), weights=weights).fit()
+        p_curve = float(quad.pvalues[2])
+        d["curvature_p"] = p_curve
+        if p_curve < PATTERN_P:
+            fit.flags.append(f"curvature in residuals (p={p_curve:.1e})")
+        # Runs of residual signs along x (Wald-Wolfowitz): a pattern the line misses.
+        p_runs = _runs_test_p(fit.std_resid[np.argsort(fit.x, kind="stable")])
+        d["runs_p"] = p_runs
+        if p_runs < PATTERN_P:
+            fit.flags.append(f"patterned residuals (runs test p={p_runs:.1e})")
+    n_out = int(np.sum(np.abs(fit.std_resid) > OUTLIER_Z))
+    d["n_outliers"] = n_out
+    if n_out:
+        fit.flags.append(f"{n_out} outlier(s) beyond {OUTLIER_Z:g} sd")
+
+
+def _runs_test_p(resid: np.ndarray) -> float:
+    from scipy import stats
+
+    signs = resid > 0
+    n1, n2 = int(signs.sum()), int((~signs).sum())
+    if n1 == 0 or n2 == 0:
+        return 0.0 if resid.size >= 8 else 1.0
+    runs = 1 + int(np.sum(signs[1:] != signs[:-1]))
+    mean = 2.0 * n1 * n2 / (n1 + n2) + 1
+    var = 2.0 * n1 * n2 * (2.0 * n1 * n2 - n1 - n2) / ((n1 + n2) ** 2 * (n1 + n2 - 1))
+    if var <= 0:
+        return 1.0
+    z = (runs - mean) / math.sqrt(var)
+    return float(stats.norm.cdf(z))  # one-sided: too few runs means a pattern

@@ -1,0 +1,136 @@
+"""``calib run``: execute the suite's notebooks headless and turn their fragments into a profile.
+
+Each notebook runs in a real Jupyter kernel through papermill. The run folder keeps every executed
+notebook (with its plots), the raw data (results database, parquet frames) and the fragments, so
+that a profile can always be traced back to the measurements behind it. Running again with the
+same ``--run-dir`` resumes: sweeps measure only the points not yet completed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import fingerprint as fp
+from .backends import resolve_backend_name
+from .calibration import SIMULATED_BANNER, read_fragment
+from .profile import ProfileError, merge_into, user_profiles_dir, utc_now
+
+SUITES = {
+    "quick": ["memory_bandwidth"],
+    "full": ["memory_bandwidth"],
+}
+
+
+class RunError(RuntimeError):
+    pass
+
+
+def notebooks_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def default_runs_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("calib")) / "runs"
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    profile_path: Path | None
+    params: dict = field(default_factory=dict)
+    simulated: bool = False
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
+def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "quick", profile_path=None,
+        run_dir=None, notebooks: list[str] | None = None, parameters: dict | None = None, progress: bool = True,
+        reason: str | None = None, echo=print) -> RunResult:
+    """Run a calibration suite; see the module docstring."""
+    from ._optional import require
+
+    papermill = require("papermill", "calib run")
+    t_start = time.perf_counter()
+    if suite not in SUITES:
+        raise RunError(f"unknown suite {suite!r}: choose one of {sorted(SUITES)}")
+    name, why = resolve_backend_name(backend, device)
+    if name == "sim":
+        spec_text = f"spec {sim_spec}" if sim_spec else "built-in H200-like spec"
+        echo(f"calib run: calibrating the SIMULATED device ({why}; {spec_text}). Nothing here measures real hardware.")
+        if sim_spec and not Path(sim_spec).is_file():
+            raise RunError(f"simulated-device spec {sim_spec} does not exist")
+    else:
+        echo(f"calib run: calibrating GPU {device} on the cupy backend ({why}).")
+
+    run_dir = Path(run_dir) if run_dir else default_runs_dir() / f"{utc_now().replace(':', '')}-{suite}-{name}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = run_dir.resolve()
+    label = f"run:{run_dir}"
+    names = notebooks or SUITES[suite]
+    echo(f"run folder: {run_dir}")
+
+    base_params = {"backend": name, "device": device, "suite": suite, "output_dir": str(run_dir),
+                   "sim_spec": str(Path(sim_spec).resolve()) if sim_spec else None, "label": label,
+                   **(parameters or {})}
+    failed = []
+    for i, nb in enumerate(names, 1):
+        source = notebooks_dir() / f"{nb}.ipynb"
+        if not source.is_file():
+            raise RunError(f"no notebook {source}")
+        output = run_dir / f"{nb}.ipynb"
+        try:
+            papermill.execute_notebook(str(source), str(output), parameters=base_params, cwd=str(run_dir),
+                                       kernel_name="python3", progress_bar={"desc": f"[{i}/{len(names)}] {nb}"}
+                                       if progress else False, log_output=False)
+        except papermill.PapermillExecutionError as exc:
+            failed.append((nb, f"{exc.ename}: {exc.evalue}"))
+            echo(f"notebook {nb} failed: {exc.ename}: {exc.evalue} (see {output})")
+
+    fragments = []
+    for nb in names:
+        path = run_dir / f"fragment-{nb}.json"
+        if path.exists():
+            fragments.append(read_fragment(path))
+        elif nb not in dict(failed):
+            failed.append((nb, f"wrote no fragment ({path})"))
+    if not fragments:
+        raise RunError(f"no notebook produced parameters; see the executed notebooks in {run_dir}")
+
+    device_fp, software_fp = fragments[0]["device"], fragments[0]["software"]
+    for frag in fragments[1:]:
+        diffs = fp.hard_differences(frag["device"], device_fp)
+        if diffs:
+            raise RunError(f"fragments of one run disagree about the device: {'; '.join(diffs)}")
+    params = {}
+    for frag in fragments:
+        params.update(frag["params"])
+
+    target = Path(profile_path) if profile_path else user_profiles_dir() / f"{fp.device_slug(device_fp)}.json"
+    merge_into(target, params, device=device_fp, software=software_fp)
+    _link_sessions(fragments, target)
+    summary = {"profile": str(target), "notebooks": names, "failed": failed, "simulated": bool(device_fp.get("simulated")),
+               "wall_s": time.perf_counter() - t_start, "finished": utc_now()}
+    if summary["simulated"]:
+        summary["note"] = SIMULATED_BANNER
+    (run_dir / "run.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return RunResult(run_dir=run_dir, profile_path=target, params=params, simulated=summary["simulated"],
+                     failed=failed, wall_s=summary["wall_s"])
+
+
+def _link_sessions(fragments, profile_path: Path):
+    from .store import Store
+
+    for frag in fragments:
+        session = frag.get("session") or {}
+        if session.get("db") and session.get("id"):
+            try:
+                Store(session["db"]).link_profile(session["id"], profile_path)
+            except Exception as exc:  # the profile is written; a missing link is worth a line, not a failure
+                print(f"warning: could not link session {session['id']} to {profile_path}: {exc}", file=sys.stderr)
+

@@ -1,0 +1,174 @@
+"""Timing protocol: when to stop repeating, and what one sweep point's measurement carries.
+
+A :class:`Measurement` keeps every raw sample and computes statistics only when asked, so that the
+results store can keep the evidence and a later fit can weigh it. It carries its own warnings
+(noisy, throttled, stopped by the budget before reaching the target precision) rather than leaving
+the caller to remember them.
+
+The stopping rule is NVBench's idea in distribution-free form: take samples in batches until the
+95% confidence interval of the median is narrower than a target fraction of the median, or until
+a budget of measured time or samples runs out. Both backends use the same rule; the simulated one
+applies it to a whole sweep at once (:meth:`StoppingRule.samples_needed`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+Z95 = 1.959963984540054
+NOISY_IQR_FRACTION = 0.10
+# Samples further than this many robust standard deviations (1.4826 MAD) from the median are
+# interference (a context switch, another process's kernel), not the kernel's own time.
+OUTLIER_MADS = 5.0
+
+
+def median_ci_ranks(n: int) -> tuple[int, int]:
+    """0-based order-statistic indices bounding a ~95% CI of the median of n samples."""
+    half = Z95 * math.sqrt(n) / 2.0
+    lo = max(0, int(math.floor(n / 2.0 - half)) - 1)
+    hi = min(n - 1, int(math.ceil(n / 2.0 + half)))
+    return lo, hi
+
+
+def median_rel_halfwidth(sorted_samples: np.ndarray) -> np.ndarray:
+    """Half-width of the median's 95% CI over the median, along the last axis (already sorted)."""
+    n = sorted_samples.shape[-1]
+    lo, hi = median_ci_ranks(n)
+    med = np.median(sorted_samples, axis=-1)
+    return (sorted_samples[..., hi] - sorted_samples[..., lo]) / 2.0 / med
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    min_samples: int = 10
+    max_samples: int = 400
+    batch: int = 10
+    rel_precision: float = 0.005
+    budget_s: float = 0.5
+
+    def stop_reason(self, samples_us: np.ndarray) -> str | None:
+        """Why to stop after these samples, or None to take another batch."""
+        n = len(samples_us)
+        if n < self.min_samples:
+            return None
+        if median_rel_halfwidth(np.sort(samples_us)) <= self.rel_precision:
+            return "precision"
+        if n >= self.max_samples:
+            return "max_samples"
+        if float(np.sum(samples_us)) * 1e-6 >= self.budget_s:
+            return "budget"
+        return None
+
+    def samples_needed(self, samples_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorized rule over a (points x max_samples) matrix: how many samples each row would
+        have taken, and why it stopped. Only checkpoints at whole batches count, as in a real run."""
+        points, available = samples_us.shape
+        taken = np.full(points, min(available, self.max_samples))
+        reason = np.full(points, "max_samples", dtype=object)
+        open_rows = np.ones(points, dtype=bool)
+        spent_s = np.cumsum(samples_us, axis=1) * 1e-6
+        first = max(self.min_samples, self.batch)
+        for n in range(first, min(available, self.max_samples) + 1, self.batch):
+            if not open_rows.any():
+                break
+            prefix = np.sort(samples_us[open_rows, :n], axis=1)
+            precise = median_rel_halfwidth(prefix) <= self.rel_precision
+            broke = spent_s[open_rows, n - 1] >= self.budget_s
+            done = precise | broke
+            rows = np.flatnonzero(open_rows)[done]
+            taken[rows] = n
+            reason[rows] = np.where(precise[done], "precision", "budget")
+            open_rows[rows] = False
+        return taken, reason
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Measurement:
+    """Raw samples of one sweep point plus how they were taken."""
+
+    samples_us: np.ndarray
+    stop_reason: str = "unknown"
+    protocol: dict = field(default_factory=dict)
+    clocks: dict = field(default_factory=dict)
+    simulated: bool = False
+
+    def __post_init__(self):
+        self.samples_us = np.asarray(self.samples_us, dtype=float)
+
+    @property
+    def n(self) -> int:
+        return int(self.samples_us.size)
+
+    @cached_property
+    def median_us(self) -> float:
+        return float(np.median(self.samples_us))
+
+    @cached_property
+    def mean_us(self) -> float:
+        return float(np.mean(self.samples_us))
+
+    @cached_property
+    def inliers(self) -> np.ndarray:
+        """Mask of samples within OUTLIER_MADS robust sds of the median."""
+        dev = np.abs(self.samples_us - self.median_us)
+        mad = 1.4826 * float(np.median(dev))
+        if mad == 0:
+            return np.ones(self.n, dtype=bool)
+        return dev <= OUTLIER_MADS * mad
+
+    @cached_property
+    def center_us(self) -> float:
+        """Mean of the inlying samples: the time the fits use.
+
+        The median is robust but biased when interference only ever slows a kernel down (a few
+        percent of slow samples shift it up by a fraction of the noise); the mean after removing
+        the gross outliers is nearly unbiased for the undisturbed time and has less variance."""
+        return float(np.mean(self.samples_us[self.inliers]))
+
+    @property
+    def n_outliers(self) -> int:
+        return int(self.n - np.count_nonzero(self.inliers))
+
+    @cached_property
+    def iqr_us(self) -> float:
+        q1, q3 = np.percentile(self.samples_us, [25, 75])
+        return float(q3 - q1)
+
+    @cached_property
+    def median_rel_ci95(self) -> float:
+        return float(median_rel_halfwidth(np.sort(self.samples_us)))
+
+    @property
+    def throttled(self) -> bool:
+        return bool(self.clocks.get("throttle_reasons"))
+
+    @property
+    def warnings(self) -> list[str]:
+        out = []
+        if self.n and self.iqr_us > NOISY_IQR_FRACTION * self.median_us:
+            out.append(f"noisy: IQR is {self.iqr_us / self.median_us:.0%} of the median")
+        if self.throttled:
+            out.append("throttled: " + ", ".join(self.clocks["throttle_reasons"]))
+        target = self.protocol.get("rule", {}).get("rel_precision")
+        if target and self.stop_reason in ("budget", "max_samples") and self.median_rel_ci95 > target:
+            out.append(f"imprecise: stopped by {self.stop_reason} at ±{self.median_rel_ci95:.2%} "
+                       f"(target ±{target:.2%})")
+        if self.simulated:
+            out.append("simulated: not a measurement of real hardware")
+        return out
+
+    def summary(self) -> dict:
+        return {"time_us": self.center_us, "median_us": self.median_us, "mean_us": self.mean_us,
+                "iqr_us": self.iqr_us, "n_samples": self.n, "n_outliers": self.n_outliers, "median_rel_ci95": self.median_rel_ci95, "stop_reason": self.stop_reason,
+                "throttled": self.throttled, "simulated": self.simulated}
+
+    def __repr__(self):
+        return (f"<Measurement median {self.median_us:.3f} us, IQR {self.iqr_us:.3f} us, n={self.n}, "
+                f"stop={self.stop_reason}{', ' + '; '.join(self.warnings) if self.warnings else ''}>")
