@@ -1,0 +1,270 @@
+"""The real GPU, through CuPy.
+
+Timing follows DESIGN.md's protocol: CUDA events around each launch, warm-up first, inputs rotated
+across buffer sets so that no sample starts with its data in L2, repetitions chosen by the
+:class:`~calib.timing.StoppingRule`, and NVML clocks and throttle reasons read while the kernels
+run. The launch configuration (the perf-config) of each kernel variant is chosen by a short
+search before its first sweep point and recorded with every result.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from .._optional import require
+from ..experiments import dram
+from ..fingerprint import software_fingerprint
+from ..nvml import ClockReader, merge_readings
+from ..timing import Measurement, StoppingRule
+from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
+
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+CTYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
+THREADS = 256
+BLOCKS_PER_SM = (2, 4, 8, 16)
+UNROLLS = (1, 2, 4, 8)
+ROTATION = 2
+WARMUP_LAUNCHES = 3
+TUNE_SAMPLES = 15
+FREE_MEMORY_MARGIN = 0.9
+
+
+class CupyBackend(Backend):
+    name = "cupy"
+    simulated = False
+
+    def __init__(self, device: int = 0, rule: StoppingRule | None = None):
+        super().__init__(rule)
+        self.cp = require("cupy", "the cupy backend")
+        cp = self.cp
+        try:
+            ndev = cp.cuda.runtime.getDeviceCount()
+        except cp.cuda.runtime.CUDARuntimeError as exc:
+            raise RuntimeError(f"CUDA is not usable here: {exc}") from None
+        if device >= ndev:
+            raise RuntimeError(f"no CUDA device {device}: this machine has {ndev}")
+        self.index = device
+        self.device = cp.cuda.Device(device)
+        self.device.use()
+        self.props = cp.cuda.runtime.getDeviceProperties(device)
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        pci = None
+        try:
+            pci = self.device.pci_bus_id
+        except Exception:
+            pass
+        self.clocks = ClockReader(pci, device)
+        self._module = None
+        self._perf: dict[tuple, dict] = {}
+        self._buffers: dict[str, object] = {}
+        self._buffer_size = None
+        self._sink = None
+        self._verified = False
+
+    # -- identity ---------------------------------------------------------------------------
+    def _attr(self, name):
+        return self.props.get(name)
+
+    def fingerprint(self) -> tuple[dict, dict]:
+        cp = self.cp
+        name = self._attr("name")
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        device = {"name": name, "compute_capability": f"{self._attr('major')}.{self._attr('minor')}",
+                  "sm_count": int(self._attr("multiProcessorCount")), "memory_bytes": int(self._attr("totalGlobalMem")),
+                  "l2_bytes": int(self._attr("l2CacheSize")), "simulated": False,
+                  "registers_per_sm": self._attr("regsPerMultiprocessor"),
+                  "shared_bytes_per_sm": self._attr("sharedMemPerMultiprocessor"),
+                  "max_threads_per_sm": self._attr("maxThreadsPerMultiProcessor"),
+                  "memory_bus_width_bits": self._attr("memoryBusWidth")}
+        try:
+            device["pci_bus_id"] = self.device.pci_bus_id
+        except Exception:
+            pass
+        rt = cp.cuda.runtime.runtimeGetVersion()
+        drv = cp.cuda.runtime.driverGetVersion()
+        reading = {}
+        if self.clocks.available:
+            try:
+                d = self.clocks.nvml.nvmlSystemGetDriverVersion()
+                reading["driver"] = d.decode() if isinstance(d, bytes) else d
+                reading["max_sm_mhz"] = self.clocks.read().get("max_sm_mhz")
+            except Exception:
+                pass
+        if reading.get("max_sm_mhz"):
+            device["max_sm_mhz"] = reading["max_sm_mhz"]
+        software = software_fingerprint(driver=reading.get("driver") or f"cuda-driver-api {drv // 1000}.{drv % 1000 // 10}",
+                                        cuda_runtime=f"{rt // 1000}.{rt % 1000 // 10}", cupy=cp.__version__,
+                                        backend="cupy")
+        return {k: v for k, v in device.items() if v is not None}, software
+
+    @property
+    def l2_bytes(self) -> int:
+        return int(self._attr("l2CacheSize"))
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self._attr("totalGlobalMem"))
+
+    @property
+    def sm_count(self) -> int:
+        return int(self._attr("multiProcessorCount"))
+
+    # -- kernels ----------------------------------------------------------------------------
+    def _kernel(self, kind: str, width: int, unroll: int):
+        cp = self.cp
+        if self._module is None:
+            names = [f"dram_{k}<{CTYPES[w]},{u}>" for k in dram.KINDS for w in dram.WIDTHS for u in UNROLLS]
+            self._module = cp.RawModule(code=(KERNELS / "dram.cu").read_text(), options=("-std=c++17",),
+                                        name_expressions=names)
+        return self._module.get_function(f"dram_{kind}<{CTYPES[width]},{unroll}>")
+
+    def _launcher(self, kind: str, width: int, perf: dict, size_bytes: int, src, dst):
+        """A function of the sample index that launches one kernel on buffer set ``i % ROTATION``."""
+        kernel = self._kernel(kind, width, perf["unroll"])
+        grid, block = (self.sm_count * perf["blocks_per_sm"],), (perf["threads"],)
+        n = np.uint64(size_bytes // width)
+        stream = self.stream
+        if kind == "read":
+            return lambda i: kernel(grid, block, (src[i % ROTATION], n, self._sink), stream=stream)
+        if kind == "write":
+            return lambda i: kernel(grid, block, (dst[i % ROTATION], n, np.uint32(0x2545F491 + i)), stream=stream)
+        return lambda i: kernel(grid, block, (src[i % ROTATION], dst[i % ROTATION], n), stream=stream)
+
+    def _ensure_buffers(self, size_bytes: int):
+        """Sources filled with random data (never zeros), destinations uninitialized; kept for
+        consecutive points of the same size, the sweep's order."""
+        cp = self.cp
+        if self._buffer_size == size_bytes:
+            return self._buffers["src"], self._buffers["dst"]
+        self._buffers.clear()
+        self._buffer_size = None
+        cp.get_default_memory_pool().free_all_blocks()
+        need = 2 * ROTATION * size_bytes
+        free, _ = cp.cuda.runtime.memGetInfo()
+        if need > FREE_MEMORY_MARGIN * free:
+            raise DeviceOutOfMemory(f"needs {need / 2**30:.1f} GiB of device memory for {ROTATION} source and "
+                                    f"destination buffers; {free / 2**30:.1f} GiB is free")
+        if self._sink is None:
+            self._sink = cp.zeros(1024, dtype=cp.uint32)
+        with self.device:
+            src = [cp.random.random(size_bytes // 4, dtype=cp.float32).view(cp.uint8) for _ in range(ROTATION)]
+            dst = [cp.empty(size_bytes, dtype=cp.uint8) for _ in range(ROTATION)]
+        cp.cuda.Device().synchronize()
+        self._buffers.update(src=src, dst=dst)
+        self._buffer_size = size_bytes
+        return src, dst
+
+    def verify_kernels(self, n_bytes: int = 3 * 2**20 + 48):
+        """Poison destinations, run every copy and write variant on a size no launch divides
+        evenly, and check that every element was written with the right value."""
+        cp = self.cp
+        src = cp.random.random(n_bytes // 4, dtype=cp.float32).view(cp.uint8)
+        dst = cp.empty(n_bytes, dtype=cp.uint8)
+        for width, unroll in itertools.product(dram.WIDTHS, UNROLLS):
+            perf = {"threads": THREADS, "blocks_per_sm": 2, "unroll": unroll}
+            dst.fill(0xA5)
+            self._launcher("copy", width, perf, n_bytes, [src] * ROTATION, [dst] * ROTATION)(0)
+            self.stream.synchronize()
+            if not bool(cp.all(dst == src)):
+                raise RuntimeError(f"dram_copy<{CTYPES[width]},{unroll}> did not copy every byte")
+            dst.fill(0)
+            self._launcher("write", width, perf, n_bytes, None, [dst] * ROTATION)(0)
+            self.stream.synchronize()
+            words = dst[: n_bytes - n_bytes % width].reshape(-1, width)
+            if not bool(cp.all(words.any(axis=1))):
+                raise RuntimeError(f"dram_write<{CTYPES[width]},{unroll}> left elements unwritten")
+        self._verified = True
+
+    # -- timing -----------------------------------------------------------------------------
+    def time_launches(self, launch, *, rule: StoppingRule | None = None, perf_config=None) -> Measurement:
+        """Event-timed samples of ``launch(i)`` until the stopping rule is met."""
+        cp = self.cp
+        rule = rule or self.rule
+        for i in range(WARMUP_LAUNCHES):
+            launch(i)
+        self.stream.synchronize()
+        starts = [cp.cuda.Event() for _ in range(rule.batch)]
+        stops = [cp.cuda.Event() for _ in range(rule.batch)]
+        samples: list[float] = []
+        readings = []
+        reason = None
+        i = 0
+        while reason is None:
+            for b in range(rule.batch):
+                starts[b].record(self.stream)
+                launch(i)
+                stops[b].record(self.stream)
+                i += 1
+            readings.append(self.clocks.read())  # while the batch runs
+            stops[-1].synchronize()
+            samples.extend(cp.cuda.get_elapsed_time(a, b) * 1e3 for a, b in zip(starts, stops))
+            reason = rule.stop_reason(np.asarray(samples))
+        protocol = {"timer": "cuda events per launch", "warmup_launches": WARMUP_LAUNCHES, "rotation": ROTATION,
+                    "rule": rule.to_dict(), "perf_config": perf_config or {}}
+        return Measurement(np.asarray(samples), stop_reason=reason, protocol=protocol,
+                           clocks=merge_readings(readings))
+
+    def _tune(self, kind: str, width: int, size_bytes: int, src, dst) -> dict:
+        """Fastest launch configuration for this kernel variant, by median of a few samples."""
+        key = (kind, width)
+        if key not in self._perf:
+            quick = StoppingRule(min_samples=TUNE_SAMPLES, max_samples=TUNE_SAMPLES, batch=TUNE_SAMPLES)
+            best = None
+            for bps, unroll in itertools.product(BLOCKS_PER_SM, UNROLLS):
+                perf = {"threads": THREADS, "blocks_per_sm": bps, "unroll": unroll}
+                m = self.time_launches(self._launcher(kind, width, perf, size_bytes, src, dst), rule=quick)
+                if best is None or m.median_us < best[0]:
+                    best = (m.median_us, perf)
+            self._perf[key] = {**best[1], "tuned_at_bytes": size_bytes}
+        return self._perf[key]
+
+    # -- the backend interface ----------------------------------------------------------------
+    def measure(self, configs: list[dict]) -> list[Measurement | Exception]:
+        out = []
+        for config in configs:
+            try:
+                out.append(self._measure_one(config))
+            except (DeviceOutOfMemory, UnsupportedConfig) as exc:
+                out.append(exc)
+            except self.cp.cuda.memory.OutOfMemoryError as exc:
+                self._buffers.clear()
+                self._buffer_size = None
+                self.cp.get_default_memory_pool().free_all_blocks()
+                out.append(DeviceOutOfMemory(str(exc)))
+        return out
+
+    def _measure_one(self, config: dict) -> Measurement:
+        if config.get("experiment") != dram.EXPERIMENT:
+            raise UnsupportedConfig(f"the cupy backend has no kernel for {config.get('experiment')!r}")
+        kind, width, size = config["kind"], int(config["width_bytes"]), int(config["size_bytes"])
+        if width not in CTYPES or kind not in dram.KINDS:
+            raise UnsupportedConfig(f"no DRAM kernel for kind={kind!r}, width={width}")
+        if not self._verified:
+            self.verify_kernels()
+        src, dst = self._ensure_buffers(size)
+        perf = self._tune(kind, width, size, src, dst)
+        launch = self._launcher(kind, width, perf, size, src, dst)
+        return self.time_launches(launch, perf_config=perf)
+
+    def measure_memcpy(self, size_bytes: int) -> Measurement:
+        """``cudaMemcpyAsync`` device to device, timed like the kernels: the copy ceiling."""
+        cp = self.cp
+        src, dst = self._ensure_buffers(size_bytes)
+        rt = cp.cuda.runtime
+
+        def launch(i):
+            rt.memcpyAsync(dst[i % ROTATION].data.ptr, src[i % ROTATION].data.ptr, size_bytes,
+                           rt.memcpyDeviceToDevice, self.stream.ptr)
+
+        return self.time_launches(launch, perf_config={"api": "cudaMemcpyAsync D2D"})
+
+    def close(self):
+        self._buffers.clear()
+        self._buffer_size = None
+        try:
+            self.cp.get_default_memory_pool().free_all_blocks()
+        except Exception:
+            pass

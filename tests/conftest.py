@@ -1,0 +1,52 @@
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    """Every test gets its own user data folder and no CALIB_PROFILE from the environment, so no
+    test reads or writes the developer's real profiles."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.delenv("CALIB_PROFILE", raising=False)
+    import calib
+    from calib import fingerprint
+
+    calib.reset()
+    fingerprint.detect_current.cache_clear()
+    yield
+    calib.reset()
+
+
+def _gpu_available() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if _gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU and CuPy; none here")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def fixture_path():
+    return lambda name: FIXTURES / name
+
+
+@pytest.fixture
+def python_exe():
+    return sys.executable

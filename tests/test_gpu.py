@@ -1,0 +1,60 @@
+"""On a real GPU: the kernels are correct, the timing is sane, a short sweep fits. Skipped without one."""
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from calib.backends.cupy_backend import CupyBackend
+
+    b = CupyBackend(device=0)
+    yield b
+    b.close()
+
+
+def test_kernels_write_every_element(backend):
+    backend.verify_kernels()  # raises on any unwritten or wrong element
+
+
+def test_fingerprint_names_the_gpu(backend):
+    device, software = backend.fingerprint()
+    assert device["sm_count"] > 0 and device["memory_bytes"] > 2**30 and device["l2_bytes"] > 0
+    assert not device["simulated"]
+    assert software["cupy"] and software["cuda_runtime"]
+
+
+def test_measurement_is_event_timed_and_tuned(backend):
+    size = 8 * backend.l2_bytes
+    [m] = backend.measure([{"experiment": "dram", "kind": "read", "width_bytes": 16, "size_bytes": size}])
+    assert m.n >= backend.rule.min_samples and m.median_us > 0
+    gbps = size / (m.median_us * 1e3)
+    assert 10 < gbps < 20000  # a physical range, not a target: targets live in bench/
+    assert set(m.protocol["perf_config"]) >= {"threads", "blocks_per_sm", "unroll"}
+
+
+def test_oversized_point_fails_alone(backend):
+    huge = {"experiment": "dram", "kind": "copy", "width_bytes": 16, "size_bytes": backend.memory_bytes}
+    ok = {"experiment": "dram", "kind": "write", "width_bytes": 16, "size_bytes": 4 * backend.l2_bytes}
+    from calib.backends.base import DeviceOutOfMemory
+
+    out = backend.measure([huge, ok])
+    assert isinstance(out[0], DeviceOutOfMemory) and "GiB" in str(out[0])
+    assert out[1].median_us > 0
+
+
+def test_short_sweep_fits_with_narrow_ci(backend, tmp_path):
+    from calib.calibration import Calibration
+    from calib.experiments import dram
+
+    cal = Calibration(backend="cupy", output_dir=tmp_path)
+    configs = dram.plan("quick", l2_bytes=backend.l2_bytes, memory_bytes=backend.memory_bytes, kinds=["read"],
+                        widths=[16])
+    frame, report = cal.sweep(configs, progress=False)
+    assert report.measured == len(configs)
+    records, _ = dram.fit(frame)
+    rec = records["memory.dram.read_bandwidth_gbps"]
+    assert rec["ci95"][0] < rec["value"] < rec["ci95"][1]
+    assert np.isfinite(rec["value"])
