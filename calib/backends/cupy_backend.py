@@ -25,7 +25,9 @@ KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 CTYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
 THREADS = 256
 BLOCKS_PER_SM = (2, 4, 8, 16)
-UNROLLS = (1, 2, 4, 8)
+UNROLLS = (1, 4, 8)
+LAYOUTS = ("strided", "tiled", "chunked")  # the kernel's LAYOUT 0, 1, 2
+CACHE_HINTS = ("default", "streaming")
 ROTATION = 2
 WARMUP_LAUNCHES = 3
 TUNE_SAMPLES = 15
@@ -57,7 +59,7 @@ class CupyBackend(Backend):
         except Exception:
             pass
         self.clocks = ClockReader(pci, device)
-        self._module = None
+        self._modules: dict[tuple, object] = {}
         self._perf: dict[tuple, dict] = {}
         self._buffers: dict[str, object] = {}
         self._buffer_size = None
@@ -113,17 +115,29 @@ class CupyBackend(Backend):
         return int(self._attr("multiProcessorCount"))
 
     # -- kernels ----------------------------------------------------------------------------
-    def _kernel(self, kind: str, width: int, unroll: int):
-        cp = self.cp
-        if self._module is None:
-            names = [f"dram_{k}<{CTYPES[w]},{u}>" for k in dram.KINDS for w in dram.WIDTHS for u in UNROLLS]
-            self._module = cp.RawModule(code=(KERNELS / "dram.cu").read_text(), options=("-std=c++17",),
-                                        name_expressions=names)
-        return self._module.get_function(f"dram_{kind}<{CTYPES[width]},{unroll}>")
+    @staticmethod
+    def _kernel_name(kind: str, width: int, perf: dict) -> str:
+        layout = LAYOUTS.index(perf["layout"])
+        streaming = "true" if perf["cache"] == "streaming" else "false"
+        return f"dram_{kind}<{CTYPES[width]},{perf['unroll']},{layout},{streaming}>"
+
+    def _kernel(self, kind: str, width: int, perf: dict):
+        """Compiled on first use, one module per (kind, width) with every perf-config variant."""
+        key = (kind, width)
+        if key not in self._modules:
+            names = [self._kernel_name(kind, width, p) for p in self.perf_configs()]
+            self._modules[key] = self.cp.RawModule(code=(KERNELS / "dram.cu").read_text(), options=("-std=c++17",),
+                                                   name_expressions=names)
+        return self._modules[key].get_function(self._kernel_name(kind, width, perf))
+
+    @staticmethod
+    def perf_configs():
+        for bps, unroll, layout, cache in itertools.product(BLOCKS_PER_SM, UNROLLS, LAYOUTS, CACHE_HINTS):
+            yield {"threads": THREADS, "blocks_per_sm": bps, "unroll": unroll, "layout": layout, "cache": cache}
 
     def _launcher(self, kind: str, width: int, perf: dict, size_bytes: int, src, dst):
         """A function of the sample index that launches one kernel on buffer set ``i % ROTATION``."""
-        kernel = self._kernel(kind, width, perf["unroll"])
+        kernel = self._kernel(kind, width, perf)
         grid, block = (self.sm_count * perf["blocks_per_sm"],), (perf["threads"],)
         n = np.uint64(size_bytes // width)
         stream = self.stream
@@ -163,19 +177,19 @@ class CupyBackend(Backend):
         cp = self.cp
         src = cp.random.random(n_bytes // 4, dtype=cp.float32).view(cp.uint8)
         dst = cp.empty(n_bytes, dtype=cp.uint8)
-        for width, unroll in itertools.product(dram.WIDTHS, UNROLLS):
-            perf = {"threads": THREADS, "blocks_per_sm": 2, "unroll": unroll}
+        variants = {(p["unroll"], p["layout"], p["cache"]): p for p in self.perf_configs() if p["blocks_per_sm"] == 2}
+        for width, perf in itertools.product(dram.WIDTHS, variants.values()):
             dst.fill(0xA5)
             self._launcher("copy", width, perf, n_bytes, [src] * ROTATION, [dst] * ROTATION)(0)
             self.stream.synchronize()
             if not bool(cp.all(dst == src)):
-                raise RuntimeError(f"dram_copy<{CTYPES[width]},{unroll}> did not copy every byte")
+                raise RuntimeError(f"{self._kernel_name('copy', width, perf)} did not copy every byte")
             dst.fill(0)
             self._launcher("write", width, perf, n_bytes, None, [dst] * ROTATION)(0)
             self.stream.synchronize()
             words = dst[: n_bytes - n_bytes % width].reshape(-1, width)
             if not bool(cp.all(words.any(axis=1))):
-                raise RuntimeError(f"dram_write<{CTYPES[width]},{unroll}> left elements unwritten")
+                raise RuntimeError(f"{self._kernel_name('write', width, perf)} left elements unwritten")
         self._verified = True
 
     # -- timing -----------------------------------------------------------------------------
@@ -213,8 +227,7 @@ class CupyBackend(Backend):
         if key not in self._perf:
             quick = StoppingRule(min_samples=TUNE_SAMPLES, max_samples=TUNE_SAMPLES, batch=TUNE_SAMPLES)
             best = None
-            for bps, unroll in itertools.product(BLOCKS_PER_SM, UNROLLS):
-                perf = {"threads": THREADS, "blocks_per_sm": bps, "unroll": unroll}
+            for perf in self.perf_configs():
                 m = self.time_launches(self._launcher(kind, width, perf, size_bytes, src, dst), rule=quick)
                 if best is None or m.median_us < best[0]:
                     best = (m.median_us, perf)

@@ -2,9 +2,16 @@
 //
 // T is the per-thread access: unsigned char/short/int, uint2 or uint4 (1 to 16 bytes). UNROLL
 // independent accesses are issued before any is used, so that enough bytes are in flight to cover
-// DRAM latency. Every kernel walks the buffer with the same grid-stride loop, so the copy kernel's
-// correctness check (every element written, equal to the source) vouches for the read kernel's
-// coverage too.
+// DRAM latency. LAYOUT picks the walk:
+//   0 strided: the whole grid strides over the buffer, UNROLL grid-widths per step;
+//   1 tiled:   blocks take turns on contiguous tiles of blockDim*UNROLL elements;
+//   2 chunked: each block owns one contiguous chunk of the buffer and walks it tile by tile, so
+//              the thousand concurrent streams spread over the whole buffer (in a copy, reads and
+//              writes then rarely meet in the same DRAM bank at the same time). STREAMING uses the evict-first cache hints (ld/st .cs), so a pass does not churn L2.
+// All kernels share one walk, so the copy kernel's correctness check (every element written,
+// equal to the source) vouches for the read kernel's coverage too.
+
+typedef unsigned long long u64;
 
 __device__ __forceinline__ unsigned fold(unsigned char v) { return v; }
 __device__ __forceinline__ unsigned fold(unsigned short v) { return v; }
@@ -21,45 +28,81 @@ template <> __device__ __forceinline__ uint4 splat<uint4>(unsigned s) {
     return make_uint4(s | 1u, s ^ 0x5bd1e995u, s + 0x9e3779b9u, ~s);
 }
 
-template <typename T, int UNROLL>
-__global__ void dram_read(const T* __restrict__ src, unsigned long long n, unsigned* __restrict__ sink) {
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+template <bool STREAMING, typename T> __device__ __forceinline__ T load(const T* p) {
+    if constexpr (STREAMING) return __ldcs(p); else return *p;
+}
+template <bool STREAMING, typename T> __device__ __forceinline__ void store(T* p, const T& v) {
+    if constexpr (STREAMING) __stcs(p, v); else *p = v;
+}
+
+// Calls body(idx) with UNROLL element indices per step, then tail(i) for what is left over.
+template <int UNROLL, int LAYOUT, typename Body, typename Tail>
+__device__ __forceinline__ void walk(u64 n, Body body, Tail tail) {
+    const u64 threads = (u64)gridDim.x * blockDim.x;
+    const u64 gtid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    u64 idx[UNROLL];
+    if constexpr (LAYOUT == 2) {
+        const u64 tile = (u64)blockDim.x * UNROLL;
+        const u64 full = n / tile;
+        const u64 per_block = (full + gridDim.x - 1) / gridDim.x;
+        const u64 first = blockIdx.x * per_block;
+        const u64 last = first + per_block < full ? first + per_block : full;
+        for (u64 t = first; t < last; ++t) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) idx[u] = t * tile + (u64)u * blockDim.x + threadIdx.x;
+            body(idx);
+        }
+        for (u64 i = full * tile + gtid; i < n; i += threads) tail(i);
+    } else if constexpr (LAYOUT == 1) {
+        const u64 tile = (u64)blockDim.x * UNROLL;
+        const u64 full = n / tile;
+        for (u64 t = blockIdx.x; t < full; t += gridDim.x) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) idx[u] = t * tile + (u64)u * blockDim.x + threadIdx.x;
+            body(idx);
+        }
+        for (u64 i = full * tile + gtid; i < n; i += threads) tail(i);
+    } else {
+        u64 i = gtid;
+        for (; i + (UNROLL - 1) * threads < n; i += UNROLL * threads) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) idx[u] = i + (u64)u * threads;
+            body(idx);
+        }
+        for (; i < n; i += threads) tail(i);
+    }
+}
+
+template <typename T, int UNROLL, int LAYOUT, bool STREAMING>
+__global__ void dram_read(const T* __restrict__ src, u64 n, unsigned* __restrict__ sink) {
     unsigned acc = 0;
-    for (; i + (UNROLL - 1) * stride < n; i += UNROLL * stride) {
+    walk<UNROLL, LAYOUT>(n, [&](const u64* idx) {
         T v[UNROLL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) v[u] = src[i + u * stride];
+        for (int u = 0; u < UNROLL; ++u) v[u] = load<STREAMING>(src + idx[u]);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) acc ^= fold(v[u]);
-    }
-    for (; i < n; i += stride) acc ^= fold(src[i]);
+    }, [&](u64 i) { acc ^= fold(load<STREAMING>(src + i)); });
     // Practically never true, but the compiler cannot know: the loads stay.
     if (acc == 0x9e3779b9u) sink[blockIdx.x & 1023u] = acc;
 }
 
-template <typename T, int UNROLL>
-__global__ void dram_write(T* __restrict__ dst, unsigned long long n, unsigned seed) {
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+template <typename T, int UNROLL, int LAYOUT, bool STREAMING>
+__global__ void dram_write(T* __restrict__ dst, u64 n, unsigned seed) {
     const T v = splat<T>(seed ^ (blockIdx.x * 2654435761u));
-    for (; i + (UNROLL - 1) * stride < n; i += UNROLL * stride) {
+    walk<UNROLL, LAYOUT>(n, [&](const u64* idx) {
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) dst[i + u * stride] = v;
-    }
-    for (; i < n; i += stride) dst[i] = v;
+        for (int u = 0; u < UNROLL; ++u) store<STREAMING>(dst + idx[u], v);
+    }, [&](u64 i) { store<STREAMING>(dst + i, v); });
 }
 
-template <typename T, int UNROLL>
-__global__ void dram_copy(const T* __restrict__ src, T* __restrict__ dst, unsigned long long n) {
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + (UNROLL - 1) * stride < n; i += UNROLL * stride) {
+template <typename T, int UNROLL, int LAYOUT, bool STREAMING>
+__global__ void dram_copy(const T* __restrict__ src, T* __restrict__ dst, u64 n) {
+    walk<UNROLL, LAYOUT>(n, [&](const u64* idx) {
         T v[UNROLL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) v[u] = src[i + u * stride];
+        for (int u = 0; u < UNROLL; ++u) v[u] = load<STREAMING>(src + idx[u]);
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) dst[i + u * stride] = v[u];
-    }
-    for (; i < n; i += stride) dst[i] = src[i];
+        for (int u = 0; u < UNROLL; ++u) store<STREAMING>(dst + idx[u], v[u]);
+    }, [&](u64 i) { store<STREAMING>(dst + i, load<STREAMING>(src + i)); });
 }
