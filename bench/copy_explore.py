@@ -40,6 +40,35 @@ for (u, h, p), name in zip(variants, names):
         except cp.cuda.driver.CUDADriverError:  # too many registers for this block size
             continue
         rows.append((2 * size / (m.median_us * 1e3), name, threads, bps))
+tma = [(st, ch) for st in (2, 4, 8) for ch in (8192, 16384, 32768) if st * ch <= 200 * 1024]
+tma_names = [f"copy_tma<{st},{ch}>" for st, ch in tma]
+tmod = cp.RawModule(code=(Path(__file__).parent / "copy_explore.cu").read_text(), options=("-std=c++17",),
+                    name_expressions=tma_names)
+src8, dst8 = src, dst
+for (st, ch), name in zip(tma, tma_names):
+    k = tmod.get_function(name)
+    smem = st * ch
+    try:
+        k.max_dynamic_shared_size_bytes = smem
+    except AttributeError:
+        cp.cuda.driver.funcSetAttribute(k.ptr, 8, smem)
+    check_dst.fill(0xA5)
+    k((sm,), (32,), (check_src, check_dst, np.uint64(check_src.size)), shared_mem=smem)
+    cp.cuda.Device().synchronize()
+    if not bool(cp.all(check_dst == check_src)):
+        print("WRONG", name)
+        continue
+    for bps in (1, 2, 3, 4):
+        if bps * smem > 220 * 1024:
+            continue
+        launch = lambda i, k=k, g=sm * bps, smem=smem: k((g,), (32,), (src8[i % 2], dst8[i % 2], np.uint64(size)),
+                                                           shared_mem=smem, stream=b.stream)
+        try:
+            m = b.time_launches(launch)
+        except cp.cuda.driver.CUDADriverError as exc:
+            print("skip", name, bps, exc)
+            continue
+        rows.append((2 * size / (m.median_us * 1e3), name, 32, bps))
 rows.sort(key=lambda r: -r[0])
 print(f"cudaMemcpyAsync {ref:.0f} GB/s at {size >> 20} MiB")
 for gbps, name, t, bps in rows[:15]:
