@@ -21,7 +21,7 @@ def main():
     b = CupyBackend(rule=StoppingRule(min_samples=20, max_samples=20, batch=20))
     src, dst = b._ensure_buffers(size)
     rows = []
-    for perf in b.perf_configs():
+    for perf in b.perf_configs("copy"):
         m = b.time_launches(b._launcher("copy", args.width, perf, size, src, dst), perf_config=perf)
         rows.append((2 * size / (m.median_us * 1e3), perf))
     memcpy = b.measure_memcpy(size)

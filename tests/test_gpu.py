@@ -32,7 +32,7 @@ def test_measurement_is_event_timed_and_tuned(backend):
     assert m.n >= backend.rule.min_samples and m.median_us > 0
     gbps = size / (m.median_us * 1e3)
     assert 10 < gbps < 20000  # a physical range, not a target: targets live in bench/
-    assert set(m.protocol["perf_config"]) >= {"threads", "blocks_per_sm", "unroll", "layout", "cache"}
+    assert set(m.protocol["perf_config"]) >= {"threads", "blocks_per_sm", "unroll", "layout"}
 
 
 def test_oversized_point_fails_alone(backend):

@@ -24,10 +24,10 @@ from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 CTYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
 THREADS = 256
-BLOCKS_PER_SM = (2, 4, 8, 16)
+BLOCKS_PER_SM = (1, 2, 4, 8, 16)
 UNROLLS = (1, 4, 8)
 LAYOUTS = ("strided", "tiled", "chunked")  # the kernel's LAYOUT 0, 1, 2
-CACHE_HINTS = ("default", "streaming")
+COPY_ONLY_LAYOUTS = ("pipelined",)  # dram_copy_pipelined
 ROTATION = 2
 WARMUP_LAUNCHES = 3
 TUNE_SAMPLES = 15
@@ -117,23 +117,24 @@ class CupyBackend(Backend):
     # -- kernels ----------------------------------------------------------------------------
     @staticmethod
     def _kernel_name(kind: str, width: int, perf: dict) -> str:
-        layout = LAYOUTS.index(perf["layout"])
-        streaming = "true" if perf["cache"] == "streaming" else "false"
-        return f"dram_{kind}<{CTYPES[width]},{perf['unroll']},{layout},{streaming}>"
+        if perf["layout"] == "pipelined":
+            return f"dram_copy_pipelined<{CTYPES[width]},{perf['unroll']}>"
+        return f"dram_{kind}<{CTYPES[width]},{perf['unroll']},{LAYOUTS.index(perf['layout'])}>"
 
     def _kernel(self, kind: str, width: int, perf: dict):
         """Compiled on first use, one module per (kind, width) with every perf-config variant."""
         key = (kind, width)
         if key not in self._modules:
-            names = [self._kernel_name(kind, width, p) for p in self.perf_configs()]
+            names = sorted({self._kernel_name(kind, width, p) for p in self.perf_configs(kind)})
             self._modules[key] = self.cp.RawModule(code=(KERNELS / "dram.cu").read_text(), options=("-std=c++17",),
                                                    name_expressions=names)
         return self._modules[key].get_function(self._kernel_name(kind, width, perf))
 
     @staticmethod
-    def perf_configs():
-        for bps, unroll, layout, cache in itertools.product(BLOCKS_PER_SM, UNROLLS, LAYOUTS, CACHE_HINTS):
-            yield {"threads": THREADS, "blocks_per_sm": bps, "unroll": unroll, "layout": layout, "cache": cache}
+    def perf_configs(kind: str):
+        layouts = LAYOUTS + COPY_ONLY_LAYOUTS if kind == "copy" else LAYOUTS
+        for bps, unroll, layout in itertools.product(BLOCKS_PER_SM, UNROLLS, layouts):
+            yield {"threads": THREADS, "blocks_per_sm": bps, "unroll": unroll, "layout": layout}
 
     def _launcher(self, kind: str, width: int, perf: dict, size_bytes: int, src, dst):
         """A function of the sample index that launches one kernel on buffer set ``i % ROTATION``."""
@@ -177,13 +178,15 @@ class CupyBackend(Backend):
         cp = self.cp
         src = cp.random.random(n_bytes // 4, dtype=cp.float32).view(cp.uint8)
         dst = cp.empty(n_bytes, dtype=cp.uint8)
-        variants = {(p["unroll"], p["layout"], p["cache"]): p for p in self.perf_configs() if p["blocks_per_sm"] == 2}
-        for width, perf in itertools.product(dram.WIDTHS, variants.values()):
+        variants = [p for p in self.perf_configs("copy") if p["blocks_per_sm"] == 2]
+        for width, perf in itertools.product(dram.WIDTHS, variants):
             dst.fill(0xA5)
             self._launcher("copy", width, perf, n_bytes, [src] * ROTATION, [dst] * ROTATION)(0)
             self.stream.synchronize()
             if not bool(cp.all(dst == src)):
                 raise RuntimeError(f"{self._kernel_name('copy', width, perf)} did not copy every byte")
+            if perf["layout"] not in LAYOUTS:
+                continue
             dst.fill(0)
             self._launcher("write", width, perf, n_bytes, None, [dst] * ROTATION)(0)
             self.stream.synchronize()
@@ -227,7 +230,7 @@ class CupyBackend(Backend):
         if key not in self._perf:
             quick = StoppingRule(min_samples=TUNE_SAMPLES, max_samples=TUNE_SAMPLES, batch=TUNE_SAMPLES)
             best = None
-            for perf in self.perf_configs():
+            for perf in self.perf_configs(kind):
                 m = self.time_launches(self._launcher(kind, width, perf, size_bytes, src, dst), rule=quick)
                 if best is None or m.median_us < best[0]:
                     best = (m.median_us, perf)

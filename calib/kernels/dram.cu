@@ -7,8 +7,11 @@
 //   1 tiled:   blocks take turns on contiguous tiles of blockDim*UNROLL elements;
 //   2 chunked: each block owns one contiguous chunk of the buffer and walks it tile by tile, so
 //              the thousand concurrent streams spread over the whole buffer (in a copy, reads and
-//              writes then rarely meet in the same DRAM bank at the same time). STREAMING uses the evict-first cache hints (ld/st .cs), so a pass does not churn L2.
-// All kernels share one walk, so the copy kernel's correctness check (every element written,
+//              writes then rarely meet in the same DRAM bank at the same time).
+// dram_copy_pipelined is the strided copy with the next step's loads issued before this step's
+// stores, the fastest copy shape found on an H200 (bench/copy_explore.py; evict-first and L2
+// prefetch hints and TMA bulk copies were slower there, so none is offered).
+// The walked kernels share one walk, so the copy kernel's correctness check (every element written,
 // equal to the source) vouches for the read kernel's coverage too.
 
 typedef unsigned long long u64;
@@ -26,13 +29,6 @@ template <> __device__ __forceinline__ unsigned int splat<unsigned int>(unsigned
 template <> __device__ __forceinline__ uint2 splat<uint2>(unsigned s) { return make_uint2(s | 1u, s ^ 0x5bd1e995u); }
 template <> __device__ __forceinline__ uint4 splat<uint4>(unsigned s) {
     return make_uint4(s | 1u, s ^ 0x5bd1e995u, s + 0x9e3779b9u, ~s);
-}
-
-template <bool STREAMING, typename T> __device__ __forceinline__ T load(const T* p) {
-    if constexpr (STREAMING) return __ldcs(p); else return *p;
-}
-template <bool STREAMING, typename T> __device__ __forceinline__ void store(T* p, const T& v) {
-    if constexpr (STREAMING) __stcs(p, v); else *p = v;
 }
 
 // Calls body(idx) with UNROLL element indices per step, then tail(i) for what is left over.
@@ -73,36 +69,63 @@ __device__ __forceinline__ void walk(u64 n, Body body, Tail tail) {
     }
 }
 
-template <typename T, int UNROLL, int LAYOUT, bool STREAMING>
+template <typename T, int UNROLL, int LAYOUT>
 __global__ void dram_read(const T* __restrict__ src, u64 n, unsigned* __restrict__ sink) {
     unsigned acc = 0;
     walk<UNROLL, LAYOUT>(n, [&](const u64* idx) {
         T v[UNROLL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) v[u] = load<STREAMING>(src + idx[u]);
+        for (int u = 0; u < UNROLL; ++u) v[u] = src[idx[u]];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) acc ^= fold(v[u]);
-    }, [&](u64 i) { acc ^= fold(load<STREAMING>(src + i)); });
+    }, [&](u64 i) { acc ^= fold(src[i]); });
     // Practically never true, but the compiler cannot know: the loads stay.
     if (acc == 0x9e3779b9u) sink[blockIdx.x & 1023u] = acc;
 }
 
-template <typename T, int UNROLL, int LAYOUT, bool STREAMING>
+template <typename T, int UNROLL, int LAYOUT>
 __global__ void dram_write(T* __restrict__ dst, u64 n, unsigned seed) {
     const T v = splat<T>(seed ^ (blockIdx.x * 2654435761u));
     walk<UNROLL, LAYOUT>(n, [&](const u64* idx) {
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) store<STREAMING>(dst + idx[u], v);
-    }, [&](u64 i) { store<STREAMING>(dst + i, v); });
+        for (int u = 0; u < UNROLL; ++u) dst[idx[u]] = v;
+    }, [&](u64 i) { dst[i] = v; });
 }
 
-template <typename T, int UNROLL, int LAYOUT, bool STREAMING>
+template <typename T, int UNROLL, int LAYOUT>
 __global__ void dram_copy(const T* __restrict__ src, T* __restrict__ dst, u64 n) {
     walk<UNROLL, LAYOUT>(n, [&](const u64* idx) {
         T v[UNROLL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) v[u] = load<STREAMING>(src + idx[u]);
+        for (int u = 0; u < UNROLL; ++u) v[u] = src[idx[u]];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) store<STREAMING>(dst + idx[u], v[u]);
-    }, [&](u64 i) { store<STREAMING>(dst + i, load<STREAMING>(src + i)); });
+        for (int u = 0; u < UNROLL; ++u) dst[idx[u]] = v[u];
+    }, [&](u64 i) { dst[i] = src[i]; });
+}
+
+template <typename T, int UNROLL>
+__global__ void dram_copy_pipelined(const T* __restrict__ src, T* __restrict__ dst, u64 n) {
+    const u64 threads = (u64)gridDim.x * blockDim.x;
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    T cur[UNROLL];
+    if (i + (UNROLL - 1) * threads < n) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) cur[u] = src[i + u * threads];
+        while (true) {
+            const u64 next = i + UNROLL * threads;
+            const bool more = next + (UNROLL - 1) * threads < n;
+            T nxt[UNROLL];
+            if (more) {
+#pragma unroll
+                for (int u = 0; u < UNROLL; ++u) nxt[u] = src[next + u * threads];
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) dst[i + u * threads] = cur[u];
+            i = next;
+            if (!more) break;
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) cur[u] = nxt[u];
+        }
+    }
+    for (; i < n; i += threads) dst[i] = src[i];
 }
