@@ -25,6 +25,9 @@ import numpy as np
 MIN_R2 = 0.99
 MAX_REL_CI_HALFWIDTH = 0.05
 PATTERN_P = 0.001
+# Residuals this many times larger than the points' own measurement error mean the model misses
+# something (a cache knee, a clock change), however good R² looks.
+LACK_OF_FIT_RATIO = 3.0
 OUTLIER_Z = 4.0
 MIN_POINTS = 5
 
@@ -124,8 +127,12 @@ def _record(value, ci, unit, fit: LinearTimeFit, flags, source, ci_method) -> di
     return rec
 
 
-def fit_linear_time(x, t_us, *, n_samples=None, robust: bool = False, cov_type: str = "HC3") -> LinearTimeFit:
-    """Fit ``t_us = t0 + x * slope`` by weighted least squares (or Huber's M-estimator)."""
+def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False,
+                    cov_type: str = "HC3") -> LinearTimeFit:
+    """Fit ``t_us = t0 + x * slope`` by weighted least squares (or Huber's M-estimator).
+
+    ``se_us``: each point's standard error from its own samples, if known; only used to test for
+    lack of fit, never to weight (a point that happened to be quiet must not dominate)."""
     import statsmodels.api as sm
 
     x = np.asarray(x, dtype=float)
@@ -179,6 +186,8 @@ def fit_linear_time(x, t_us, *, n_samples=None, robust: bool = False, cov_type: 
                         slope_ci95=(float(slope_ci[0]), float(slope_ci[1])), slope_se=float(bse[1] / scale),
                         dof=dof, r2=float(r2), fitted_us=np.asarray(fitted), std_resid=np.asarray(std_resid))
     _diagnose(fit, design, weights)
+    if se_us is not None:
+        _lack_of_fit(fit, np.asarray(se_us, dtype=float))
     return fit
 
 
@@ -213,6 +222,24 @@ def _diagnose(fit: LinearTimeFit, design: np.ndarray, weights: np.ndarray):
     d["n_outliers"] = n_out
     if n_out:
         fit.flags.append(f"{n_out} outlier(s) beyond {OUTLIER_Z:g} sd")
+
+
+def _lack_of_fit(fit: LinearTimeFit, se_us: np.ndarray):
+    """Chi-square of the residuals against the points' own measurement errors."""
+    from scipy import stats
+
+    ok = np.isfinite(se_us) & (se_us > 0)
+    if ok.sum() < 4:
+        return
+    resid = (fit.t_us - fit.fitted_us)[ok]
+    chi2 = float(np.sum((resid / se_us[ok]) ** 2))
+    dof = int(ok.sum()) - 2
+    ratio = math.sqrt(chi2 / dof)
+    p = float(stats.chi2.sf(chi2, dof))
+    fit.diagnostics["resid_to_noise_ratio"] = ratio
+    fit.diagnostics["lack_of_fit_p"] = p
+    if p < PATTERN_P and ratio > LACK_OF_FIT_RATIO:
+        fit.flags.append(f"lack of fit: residuals {ratio:.1f}x the measurement noise")
 
 
 def _runs_test_p(resid: np.ndarray) -> float:

@@ -103,8 +103,8 @@ class Parameter:
 
 
 def _finite_number(name: str, key: str, value) -> float:
-    if isinstance(value, bool):
-        return float(value)
+    if isinstance(value, bool):  # flags such as "matmul.splitk.use_atomics" stay booleans
+        return value
     if not isinstance(value, (int, float)):
         raise ProfileError(f"parameter {name!r}: {key!r} must be a number, got {type(value).__name__} {value!r}")
     if not math.isfinite(value):
@@ -256,8 +256,8 @@ def read_profile(path: str | os.PathLike) -> Profile:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         hint = " (the file looks truncated)" if exc.pos >= len(text.rstrip()) else ""
-        raise ProfileError(f"profile {path} is not valid JSON{hint}: {exc.msg} at line {exc.lineno} "
-                           f"column {exc.colno}") from None
+        raise ProfileError(f"profile {path} is not valid JSON{hint}: {exc.msg} (line {exc.lineno}, "
+                           f"column {exc.colno})") from None
     if not isinstance(doc, dict):
         raise ProfileError(f"profile {path} must hold a JSON object, not {type(doc).__name__}")
     try:

@@ -111,6 +111,7 @@ class ResultRow(Base):
     perf_config: Mapped[str] = mapped_column(Text)
     kernel_time_us: Mapped[float] = mapped_column(Float)
     median_us: Mapped[float] = mapped_column(Float)
+    se_us: Mapped[float | None] = mapped_column(Float)
     n_samples: Mapped[int] = mapped_column(Integer)
     stop_reason: Mapped[str] = mapped_column(String(32))
     throttled: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -244,6 +245,7 @@ class Store:
             res = ResultRow(session_id=job.session_id, config_id=job.config_id, job_id=job.id,
                             perf_config=canonical_json(measurement.protocol.get("perf_config", {})),
                             kernel_time_us=summary["time_us"], median_us=summary["median_us"],
+                            se_us=summary["se_us"],
                             n_samples=summary["n_samples"], stop_reason=summary["stop_reason"],
                             throttled=summary["throttled"], simulated=summary["simulated"],
                             samples_us=[float(v) for v in measurement.samples_us], protocol=measurement.protocol,
@@ -274,7 +276,8 @@ class Store:
         rows = []
         with Session(self.engine) as s:
             for res, descriptor, gpu_id in s.execute(q):
-                rows.append({**json.loads(descriptor), "time_us": res.kernel_time_us, "median_us": res.median_us,
+                rows.append({**json.loads(descriptor), "time_us": res.kernel_time_us, "se_us": res.se_us,
+                             "median_us": res.median_us,
                              "n_samples": res.n_samples, "stop_reason": res.stop_reason, "throttled": res.throttled,
                              "simulated": res.simulated, "perf_config": res.perf_config, "gpu_id": gpu_id,
                              "result_id": res.id})

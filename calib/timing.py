@@ -132,6 +132,13 @@ class Measurement:
         the gross outliers is nearly unbiased for the undisturbed time and has less variance."""
         return float(np.mean(self.samples_us[self.inliers]))
 
+    @cached_property
+    def se_us(self) -> float:
+        """Standard error of ``center_us`` from the spread of the inliers: the measurement's own
+        precision, against which a fit's residuals are judged."""
+        kept = self.samples_us[self.inliers]
+        return float(np.std(kept, ddof=1) / np.sqrt(kept.size)) if kept.size > 1 else float("nan")
+
     @property
     def n_outliers(self) -> int:
         return int(self.n - np.count_nonzero(self.inliers))
@@ -165,7 +172,7 @@ class Measurement:
         return out
 
     def summary(self) -> dict:
-        return {"time_us": self.center_us, "median_us": self.median_us, "mean_us": self.mean_us,
+        return {"time_us": self.center_us, "se_us": self.se_us, "median_us": self.median_us, "mean_us": self.mean_us,
                 "iqr_us": self.iqr_us, "n_samples": self.n, "n_outliers": self.n_outliers, "median_rel_ci95": self.median_rel_ci95, "stop_reason": self.stop_reason,
                 "throttled": self.throttled, "simulated": self.simulated}
 

@@ -101,7 +101,8 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
         if len(group) < 3:
             continue
         f = fit_linear_time(bytes_moved(group["kind"], group["size_bytes"]), group["time_us"].to_numpy(),
-                            n_samples=group["n_samples"].to_numpy(), robust=robust)
+                            n_samples=group["n_samples"].to_numpy(),
+                            se_us=group["se_us"].to_numpy() if "se_us" in group else None, robust=robust)
         name = param_name(kind, int(width))
         fits[name] = f
         records[name] = f.rate_record(BYTES_PER_GB, "GB/s", source=source)
