@@ -27,6 +27,13 @@ class SweepReport:
         return text
 
 
+def frame_from(configs: list[dict], measurements) -> "pandas.DataFrame":
+    """The tidy frame of a sweep measured without a store: the same columns as Store.frame."""
+    import pandas as pd
+
+    return pd.DataFrame([{**c, **m.summary()} for c, m in zip(configs, measurements) if not isinstance(m, Exception)])
+
+
 def run_sweep(backend: Backend, configs: list[dict], store: Store, session_id: int, *, desc: str = "sweep",
               progress: bool = True, gpu_id: int | None = None) -> SweepReport:
     from tqdm.auto import tqdm

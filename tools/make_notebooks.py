@@ -87,6 +87,9 @@ print("wrote", fragment)"""),
 ]
 
 
+NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH}
+
+
 def write(name: str, cells):
     nb = new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -97,5 +100,10 @@ def write(name: str, cells):
     (HERE / f"{name}.ipynb").write_text(nbformat.writes(nb) + "\n")
 
 
+def main():
+    for name, cells in NOTEBOOKS.items():
+        write(name, cells)
+
+
 if __name__ == "__main__":
-    write("memory_bandwidth", MEMORY_BANDWIDTH)
+    main()

@@ -1,0 +1,34 @@
+import json
+import subprocess
+import sys
+
+H200_FILE = "good_h200.json"
+
+
+def _calib(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "calib", *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_query_prints_value_and_falls_back_to_default(fixture_path):
+    p = str(fixture_path(H200_FILE))
+    out = _calib("query", "memory.dram.read_bandwidth_gbps", "--profile", p, "--no-device-check")
+    assert out.returncode == 0 and out.stdout.strip() == "4460.0"
+    out = _calib("query", "launch.latency_us", "--profile", p, "--default", "7.5", "--no-device-check")
+    assert out.returncode == 0 and out.stdout.strip() == "7.5" and "launch.latency_us" in out.stderr
+    out = _calib("query", "launch.latency_us", "--profile", p, "--no-device-check")
+    assert out.returncode == 2 and "no parameter 'launch.latency_us'" in out.stderr
+
+
+def test_query_record_prints_the_whole_record(fixture_path):
+    out = _calib("query", "memory.dram.read_bandwidth_gbps", "--record", "--profile", str(fixture_path(H200_FILE)),
+                 "--no-device-check")
+    rec = json.loads(out.stdout)
+    assert rec["ci95"] == [4451.0, 4469.0] and rec["unit"] == "GB/s"
+
+
+def test_show_marks_unusable_profiles(fixture_path):
+    out = _calib("show", str(fixture_path("truncated.json")), "--no-device-check")
+    assert out.returncode == 0 and "UNUSABLE" in out.stdout and "truncated" in out.stdout
+    out = _calib("show", str(fixture_path("nan_value.json")), "--no-device-check")
+    assert "UNUSABLE: parameter 'memory.dram.read_bandwidth_gbps'" in out.stdout
+    assert "4300" in out.stdout

@@ -1,0 +1,92 @@
+"""The notebooks run headless in a real Jupyter kernel through papermill, on the simulated device,
+and `calib run` turns them into a profile. Committed notebooks carry no outputs."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_committed_notebooks_have_no_outputs_and_a_parameters_cell(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name} has committed outputs"
+    assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells), f"{path.name} has no parameters cell"
+
+
+def test_notebooks_are_what_the_generator_writes(tmp_path, monkeypatch):
+    """tools/make_notebooks.py is the source of the notebooks: edits must go through it."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import make_notebooks
+    finally:
+        sys.path.pop(0)
+    monkeypatch.setattr(make_notebooks, "HERE", tmp_path)
+    make_notebooks.main()
+    for path in NOTEBOOKS:
+        assert (tmp_path / path.name).read_text() == path.read_text(), f"{path.name} differs from its generator"
+
+
+@pytest.mark.slow
+def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
+    run_dir, profile = tmp_path / "run", tmp_path / "profile.json"
+    spec = fixture_path("small_slow_gpu.json")
+    proc = subprocess.run([sys.executable, "-m", "calib", "run", "--backend", "auto", "--sim-spec", str(spec),
+                           "--run-dir", str(run_dir), "--profile", str(profile), "--no-progress"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first_line = proc.stdout.splitlines()[0]
+    assert "SIMULATED" in first_line and "no GPU found" in first_line
+
+    doc = json.loads(profile.read_text())
+    assert doc["device"]["simulated"] is True and doc["schema"] == "calib.profile/1"
+    rec = doc["params"]["memory.dram.read_bandwidth_gbps"]
+    lo, hi = rec["ci95"]
+    assert lo < rec["value"] < hi and rec["source"] == "notebooks/memory_bandwidth.ipynb"
+    assert abs(rec["value"] / 310.0 - 1) < 0.1  # the spec's planted truth, within noise
+    assert "memory.dram.fixed_cost_us" in doc["params"]
+
+    # every file the run wrote says it is simulated
+    executed = nbformat.read(run_dir / "memory_bandwidth.ipynb", as_version=4)
+    text = "".join(str(o.get("text", "")) for c in executed.cells if c.cell_type == "code" for o in c.outputs)
+    assert text.index("SIMULATED DEVICE") < 200
+    assert json.loads((run_dir / "fragment-memory_bandwidth.json").read_text())["simulated"] is True
+    assert json.loads((run_dir / "run.json").read_text())["simulated"] is True
+    assert any(run_dir.glob("residuals-*.png")) and (run_dir / "memory_bandwidth.parquet").exists()
+    import pandas as pd
+
+    assert pd.read_parquet(run_dir / "memory_bandwidth.parquet")["simulated"].all()
+    assert "SIMULATED" in proc.stdout.splitlines()[-1]
+
+    # the same run folder again: nothing is re-measured
+    again = subprocess.run([sys.executable, "-m", "calib", "run", "--sim-spec", str(spec), "--run-dir", str(run_dir),
+                            "--profile", str(profile), "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    executed = nbformat.read(run_dir / "memory_bandwidth.ipynb", as_version=4)
+    text = "".join(str(o.get("text", "")) for c in executed.cells if c.cell_type == "code" for o in c.outputs)
+    assert "0 measured now" in text
+
+    show = subprocess.run([sys.executable, "-m", "calib", "show", str(profile), "--no-device-check"],
+                          capture_output=True, text=True, timeout=60)
+    assert show.returncode == 0 and "SIMULATED" in show.stdout and "memory.dram.copy_bandwidth_gbps" in show.stdout
+    query = subprocess.run([sys.executable, "-m", "calib", "query", "memory.dram.read_bandwidth_gbps", "--profile",
+                            str(profile), "--no-device-check"], capture_output=True, text=True, timeout=60)
+    assert query.returncode == 0 and float(query.stdout) == rec["value"]
+
+
+@pytest.mark.slow
+def test_a_failing_notebook_is_reported_and_nothing_is_written(tmp_path):
+    profile = tmp_path / "profile.json"
+    proc = subprocess.run([sys.executable, "-m", "calib", "run", "--backend", "sim", "--sim-spec",
+                           str(tmp_path / "missing-spec.json"), "--run-dir", str(tmp_path / "run"), "--profile",
+                           str(profile), "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "missing-spec.json does not exist" in proc.stderr
+    assert not profile.exists()

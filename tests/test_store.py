@@ -1,0 +1,98 @@
+"""Results store: tuning-farm tables, every sample kept, resumable sweeps, failures recorded."""
+
+import json
+import sqlite3
+
+import pytest
+
+from calib.backends.sim import SimBackend
+from calib.experiments import dram
+from calib.store import Store, StoreError, canonical_json, descriptor_hash, sqlite_url
+from calib.sweep import run_sweep
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(sqlite_url(tmp_path / "r.sqlite"))
+
+
+def _configs(backend, **kw):
+    return dram.plan("quick", l2_bytes=backend.l2_bytes, memory_bytes=backend.memory_bytes, **kw)
+
+
+def test_descriptor_identity_is_its_contents():
+    a = {"experiment": "dram", "kind": "read", "width_bytes": 16, "size_bytes": 1 << 28}
+    b = dict(reversed(list(a.items())))
+    assert canonical_json(a) == canonical_json(b) and descriptor_hash(a) == descriptor_hash(b)
+    assert descriptor_hash(a) != descriptor_hash({**a, "width_bytes": 8})
+
+
+def test_sweep_records_sessions_configs_jobs_results_and_samples(store, tmp_path):
+    backend = SimBackend()
+    device, software = backend.fingerprint()
+    sid = store.open_session("t", device, software, reason="unit test", ticket="CAL-1")
+    configs = _configs(backend, kinds=["read"], widths=[16, 4])
+    report = run_sweep(backend, configs, store, sid, progress=False)
+    assert report.measured == len(configs) and not report.failed
+    frame = store.frame(sid)
+    assert len(frame) == len(configs) and frame["simulated"].all()
+    assert {"kind", "width_bytes", "size_bytes", "time_us", "se_us", "n_samples", "perf_config"} <= set(frame.columns)
+    samples = store.samples(int(frame["result_id"].iloc[0]))
+    assert len(samples) == frame["n_samples"].iloc[0]
+
+    db = sqlite3.connect(tmp_path / "r.sqlite")
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    row = db.execute("select device_name, arch, simulated, reason, ticket, calib_version from session").fetchone()
+    assert row[0].startswith("calib simulated GPU") and row[2] == 1 and row[3:5] == ("unit test", "CAL-1")
+    states = db.execute("select state, count(*) from job group by state").fetchall()
+    assert states == [("completed", len(configs))]
+    proto = json.loads(db.execute("select protocol from result limit 1").fetchone()[0])
+    assert proto["rule"]["rel_precision"] == backend.rule.rel_precision
+
+
+def test_rerun_in_same_session_measures_only_what_is_missing(store):
+    backend = SimBackend()
+    device, software = backend.fingerprint()
+    sid = store.open_session("resume", device, software)
+    configs = _configs(backend)
+    first = run_sweep(backend, configs[:40], store, sid, progress=False)  # "killed" after 40 points
+    assert first.measured == 40
+    assert store.open_session("resume", device, software) == sid
+    second = run_sweep(backend, configs, store, sid, progress=False)
+    assert second.already_done == 40 and second.measured == len(configs) - 40
+    assert len(store.frame(sid)) == len(configs)
+
+
+def test_failed_point_is_recorded_with_its_error_and_retried_next_time(store, fixture_path):
+    backend = SimBackend(fixture_path("tiny_memory_gpu.json"))
+    device, software = backend.fingerprint()
+    sid = store.open_session("oom", device, software)
+    configs = [{"experiment": "dram", "kind": "copy", "width_bytes": 16, "size_bytes": 1 << 30},
+               {"experiment": "dram", "kind": "read", "width_bytes": 16, "size_bytes": 1 << 24}]
+    report = run_sweep(backend, configs, store, sid, progress=False)
+    assert report.measured == 1 and len(report.failed) == 1
+    jobs = store.jobs_frame(sid).set_index("size_bytes")
+    assert jobs.loc[1 << 30, "state"] == "failed" and "DeviceOutOfMemory" in jobs.loc[1 << 30, "error"]
+    again = run_sweep(backend, configs, store, sid, progress=False)
+    assert again.already_done == 1 and len(again.failed) == 1
+    assert store.jobs_frame(sid).set_index("size_bytes").loc[1 << 30, "retries"] == 2
+
+
+def test_session_label_of_another_device_is_refused(store):
+    device, software = SimBackend().fingerprint()
+    store.open_session("shared", device, software)
+    other = {**device, "name": "NVIDIA H200", "simulated": False}
+    with pytest.raises(StoreError, match="another device"):
+        store.open_session("shared", other, software)
+
+
+def test_bad_database_url_and_newer_schema_give_clear_errors(tmp_path):
+    with pytest.raises(StoreError, match="cannot (open|use) results database"):
+        Store("nosuchdialect://x")
+    path = tmp_path / "new.sqlite"
+    Store(sqlite_url(path))
+    db = sqlite3.connect(path)
+    db.execute("update calib_meta set value='99' where key='schema_version'")
+    db.commit()
+    with pytest.raises(StoreError, match="schema 99, newer than this calib"):
+        Store(sqlite_url(path))
