@@ -18,7 +18,12 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 stamp=".venv/.calib-installed-$(echo "$extras" | tr ',' '-')"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e ".[$extras]"
+  echo "setting up .venv with calib[$extras] (log: .venv/install.log) ..." >&2
+  if ! { .venv/bin/python -m pip install --upgrade pip && .venv/bin/python -m pip install -e ".[$extras]"; } \
+      > .venv/install.log 2>&1; then
+    tail -n 30 .venv/install.log >&2
+    echo "installing calib[$extras] failed; the whole log is in .venv/install.log" >&2
+    exit 1
+  fi
   touch "$stamp"
 fi
