@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .backends import get_backend, resolve_backend_name
 from .profile import ProfileError, Parameter, _write_atomic, utc_now
-from .store import Store, sqlite_url
+from .store import Store, default_url
 from .sweep import run_sweep
 from .timing import StoppingRule
 
@@ -33,7 +33,7 @@ class Calibration:
         self.backend = get_backend(name, sim_spec=sim_spec or None, device=device, rule=rule, seed=seed)
         self.device_index = device
         self.device, self.software = self.backend.fingerprint()
-        self.store = Store(db or sqlite_url(self.output_dir / "results.sqlite"))
+        self.store = Store(db or default_url(self.output_dir / "results.sqlite"))
         self.label = label or f"calib-{utc_now()}"
         self.session_id = self.store.open_session(self.label, self.device, self.software, reason=reason, ticket=ticket)
 
@@ -47,10 +47,15 @@ class Calibration:
                f"{self.backend_reason}]"
         return f"{SIMULATED_BANNER}\n{head}" if self.simulated else head
 
-    def sweep(self, configs: list[dict], *, desc: str = "sweep", progress: bool = True):
-        """Measure the configs not yet completed in this session; return the tidy frame of all."""
+    def sweep(self, configs: list[dict], *, desc: str = "sweep", progress: bool = True,
+              wait_for_workers: bool = False):
+        """Measure the configs not yet completed in this session (here, or by ``calib worker``
+        processes with ``wait_for_workers``); return the tidy frame of all, and the report."""
+        from .worker import physical_gpu_id
+
         report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
-                           gpu_id=self.device_index if not self.simulated else None)
+                           gpu_id=None if self.simulated else physical_gpu_id(self.device_index),
+                           wait_for_workers=wait_for_workers)
         experiments = {c["experiment"] for c in configs}
         frame = self.store.frame(self.session_id)
         if not frame.empty:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 
@@ -93,6 +94,109 @@ def _cmd_query(args) -> int:
     return 0
 
 
+def _store(args, readonly: bool = False):
+    from .store import ENV_DB_URL, Store
+
+    url = args.db or os.environ.get(ENV_DB_URL)
+    if not url:
+        raise SystemExit(f"calib {args.command}: no database: give --db URL or set {ENV_DB_URL}")
+    return Store(url, readonly=readonly)
+
+
+def _backend_for(args):
+    from .backends import get_backend
+
+    return get_backend(args.backend, sim_spec=args.sim_spec, device=args.device)
+
+
+def _cmd_worker(args) -> int:
+    from .store import StoreError
+    from .worker import Worker, physical_gpu_id
+
+    try:
+        store = _store(args)
+        backend = _backend_for(args)
+        gpu = None if backend.simulated else physical_gpu_id(args.device)
+        worker = Worker(store, backend, sessions=args.session or None, gpu_id=gpu, max_retries=args.max_retries,
+                        heartbeat_s=args.heartbeat_s, lease_timeout_s=args.lease_timeout_s, batch=args.batch)
+        print(f"calib worker {worker.name}: {backend.describe()}, database {store.url}", flush=True)
+        stats = worker.run(exit_when_empty=args.exit_when_empty)
+    except StoreError as exc:
+        print(f"calib worker: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"calib worker {worker.name}: {stats.completed} completed, {stats.failed_attempts} failed attempts, "
+          f"{stats.reclaimed} reclaimed from dead workers, {stats.lost} results refused", flush=True)
+    return 0
+
+
+def _cmd_sweep(args) -> int:
+    from .experiments import dram
+    from .store import StoreError
+    from .sweep import run_sweep
+
+    try:
+        store = _store(args)
+        backend = _backend_for(args)
+        device, software = backend.fingerprint()
+        sid = store.open_session(args.label, device, software, reason=args.reason, ticket=args.ticket)
+        configs = dram.plan(args.suite, l2_bytes=backend.l2_bytes, memory_bytes=backend.memory_bytes)
+        print(f"calib sweep: session {sid} ({args.label!r}) on {device.get('name')}: {len(configs)} points"
+              f"{', waiting for workers' if args.wait else ''}", flush=True)
+        report = run_sweep(None if args.wait else backend, configs, store, sid, desc=args.label,
+                           wait_for_workers=args.wait, progress=not args.no_progress)
+    except StoreError as exc:
+        print(f"calib sweep: error: {exc}", file=sys.stderr)
+        return 2
+    print(report)
+    return 1 if report.failed else 0
+
+
+def _cmd_status(args) -> int:
+    from .store import JOB_STATES, StoreError
+
+    try:
+        store = _store(args, readonly=True)
+    except StoreError as exc:
+        print(f"calib status: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"database {store.url}, schema revision {store.schema_revision()}")
+    sessions = store.sessions_frame()
+    counts = store.counts()
+    if args.session:
+        sessions = sessions[sessions["id"].isin(args.session)]
+    head = f"{'id':>4}  {'device':<28} " + " ".join(f"{s:>9}" for s in JOB_STATES) + "  label"
+    print(head)
+    for row in sessions.itertuples():
+        c = counts.get(row.id, {})
+        device = f"{row.device_name}{' (sim)' if row.simulated else ''}"[:28]
+        print(f"{row.id:>4}  {device:<28} " + " ".join(f"{c.get(s, 0):>9}" for s in JOB_STATES) + f"  {row.label}")
+    return 0
+
+
+def _cmd_winners(args) -> int:
+    from .store import StoreError
+    from .store.winners import export_tsv, import_tsv
+
+    try:
+        store = _store(args, readonly=args.action == "export")
+        if args.action == "export":
+            n = export_tsv(store, args.file, session_id=args.session)
+            print(f"wrote {n} winners to {args.file}")
+        else:
+            n = import_tsv(store, args.file)
+            print(f"imported {n} winners from {args.file}")
+    except StoreError as exc:
+        print(f"calib winners: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _add_backend_args(p):
+    p.add_argument("--backend", choices=["auto", "cupy", "sim"], default="auto")
+    p.add_argument("--sim-spec", metavar="FILE")
+    p.add_argument("--device", type=int, default=0, help="CUDA device index (CUDA_VISIBLE_DEVICES applies)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="calib", description="Measured GPU machine parameters with confidence intervals.")
     p.add_argument("--version", action="version", version=f"calib {__version__}")
@@ -125,6 +229,41 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--json", action="store_true")
         s.add_argument("--no-device-check", action="store_true", help="do not compare with this machine's GPU")
         s.set_defaults(func=func)
+
+    db_help = "tuning database URL (default: $CALIB_DB_URL)"
+    w = sub.add_parser("worker", help="claim and measure jobs from the tuning database, one process per GPU")
+    _add_backend_args(w)
+    w.add_argument("--db", help=db_help)
+    w.add_argument("--session", type=int, action="append", help="only these sessions (default: all of this device)")
+    w.add_argument("--max-retries", type=int, default=2)
+    w.add_argument("--heartbeat-s", type=float, default=5.0)
+    w.add_argument("--lease-timeout-s", type=float, default=60.0, help="reclaim jobs silent for this long")
+    w.add_argument("--batch", type=int, help="jobs claimed at once (default: 1 on a GPU, 32 simulated)")
+    w.add_argument("--exit-when-empty", action="store_true", help="stop once no job is new or running")
+    w.set_defaults(func=_cmd_worker)
+
+    sw = sub.add_parser("sweep", help="enqueue a DRAM sweep in a session; measure it here or wait for workers")
+    _add_backend_args(sw)
+    sw.add_argument("--db", help=db_help)
+    sw.add_argument("--label", required=True, help="session label; the same label resumes")
+    sw.add_argument("--suite", choices=["quick", "full"], default="quick")
+    sw.add_argument("--wait", action="store_true", help="leave the measuring to `calib worker` processes")
+    sw.add_argument("--reason")
+    sw.add_argument("--ticket")
+    sw.add_argument("--no-progress", action="store_true")
+    sw.set_defaults(func=_cmd_sweep)
+
+    st = sub.add_parser("status", help="jobs by state per session")
+    st.add_argument("--db", help=db_help)
+    st.add_argument("--session", type=int, action="append")
+    st.set_defaults(func=_cmd_status)
+
+    wi = sub.add_parser("winners", help="export or import the fastest perf-config per config as TSV")
+    wi.add_argument("action", choices=["export", "import"])
+    wi.add_argument("file")
+    wi.add_argument("--db", help=db_help)
+    wi.add_argument("--session", type=int)
+    wi.set_defaults(func=_cmd_winners)
     return p
 
 

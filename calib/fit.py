@@ -94,7 +94,7 @@ class LinearTimeFit:
         return _record(self.intercept_us, self.intercept_ci95, unit, self, flags, source,
                        ci_method="intercept CI")
 
-    def plot_residuals(self, *, title: str = "", x_label: str = "x", axes=None):
+    def plot_residuals(self, *, title: str = "", x_label: str = "x", x_scale: float = 1.0, axes=None):
         """Standardized residuals against fitted time and against x, and a normal Q-Q plot."""
         import matplotlib.pyplot as plt
         from scipy import stats
@@ -106,7 +106,7 @@ class LinearTimeFit:
         a0, a1, a2 = axes
         a0.scatter(self.fitted_us, self.std_resid, s=14)
         a0.set(xlabel="fitted time (us)", ylabel="standardized residual")
-        a1.scatter(self.x, self.std_resid, s=14)
+        a1.scatter(self.x / x_scale, self.std_resid, s=14)
         a1.set(xlabel=x_label, ylabel="standardized residual", xscale="log")
         for ax in (a0, a1):
             ax.axhline(0, color="k", lw=0.8)

@@ -113,7 +113,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
 
     target = Path(profile_path) if profile_path else user_profiles_dir() / f"{fp.device_slug(device_fp)}.json"
     merge_into(target, params, device=device_fp, software=software_fp)
-    _link_sessions(fragments, target)
+    _link_sessions(fragments, target, run_dir)
     summary = {"profile": str(target), "notebooks": names, "failed": failed, "simulated": bool(device_fp.get("simulated")),
                "wall_s": time.perf_counter() - t_start, "finished": utc_now()}
     if summary["simulated"]:
@@ -123,14 +123,18 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
                      failed=failed, wall_s=summary["wall_s"])
 
 
-def _link_sessions(fragments, profile_path: Path):
-    from .store import Store
+def _link_sessions(fragments, profile_path: Path, run_dir: Path):
+    """Point each session the notebooks measured in at the profile fitted from it. The notebooks
+    opened the same database as this (CALIB_DB_URL, else the run folder's SQLite file)."""
+    from .store import Store, default_url
 
+    store = None
     for frag in fragments:
         session = frag.get("session") or {}
-        if session.get("db") and session.get("id"):
+        if session.get("id"):
             try:
-                Store(session["db"]).link_profile(session["id"], profile_path)
+                store = store or Store(default_url(run_dir / "results.sqlite"))
+                store.link_profile(session["id"], profile_path)
             except Exception as exc:  # the profile is written; a missing link is worth a line, not a failure
                 print(f"warning: could not link session {session['id']} to {profile_path}: {exc}", file=sys.stderr)
 

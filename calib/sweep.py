@@ -1,16 +1,18 @@
-"""Running a sweep: enqueue every point as a job, measure what is not completed, record it all.
+"""Running a sweep: enqueue every point as a job, then measure in-process or wait for workers.
 
 A sweep killed half way and started again in the same session measures only the points without a
-completed result; a point that fails (out of device memory, no kernel) is recorded as failed with
-its error and the sweep goes on.
+completed result; a point that fails (out of device memory, no kernel) is retried, then recorded
+as failed with its error, and the sweep goes on.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from .backends.base import Backend
-from .store import Store
+from .store import Store, TERMINAL_STATES
+from .worker import Worker
 
 
 @dataclass
@@ -27,37 +29,49 @@ class SweepReport:
         return text
 
 
-def frame_from(configs: list[dict], measurements) -> "pandas.DataFrame":
+def frame_from(configs: list[dict], measurements):
     """The tidy frame of a sweep measured without a store: the same columns as Store.frame."""
     import pandas as pd
 
     return pd.DataFrame([{**c, **m.summary()} for c, m in zip(configs, measurements) if not isinstance(m, Exception)])
 
 
-def run_sweep(backend: Backend, configs: list[dict], store: Store, session_id: int, *, desc: str = "sweep",
-              progress: bool = True, gpu_id: int | None = None) -> SweepReport:
+def run_sweep(backend: Backend | None, configs: list[dict], store: Store, session_id: int, *, desc: str = "sweep",
+              progress: bool = True, gpu_id: int | None = None, wait_for_workers: bool = False,
+              max_retries: int = 1, poll_s: float = 1.0) -> SweepReport:
+    """Enqueue ``configs`` in the session; measure them here (``backend``) or let ``calib worker``
+    processes do it (``wait_for_workers``), with a progress bar either way."""
     from tqdm.auto import tqdm
 
     job_ids = store.enqueue(session_id, configs)
-    states = store.job_states(job_ids)
-    pending = [(j, c) for j, c in zip(job_ids, configs) if states[j] != "completed"]
-    report = SweepReport(total=len(configs), already_done=len(configs) - len(pending))
-    # The simulated device is vectorized: one batch is the whole sweep. A GPU measures point by point.
-    batch = max(len(pending), 1) if backend.simulated else 1
-    with tqdm(total=len(configs), initial=report.already_done, desc=desc, disable=not progress,
-              unit="pt", leave=True) as bar:
-        for start in range(0, len(pending), batch):
-            chunk = pending[start:start + batch]
-            for job_id, _ in chunk:
-                store.start_job(job_id, gpu_id=gpu_id)
-            outcomes = backend.measure([c for _, c in chunk])
-            for (job_id, config), outcome in zip(chunk, outcomes):
-                if isinstance(outcome, Exception):
-                    message = f"{type(outcome).__name__}: {outcome}"
-                    store.fail_job(job_id, message)
-                    report.failed.append((config, message))
-                else:
-                    store.complete_job(job_id, outcome)
-                    report.measured += 1
-            bar.update(len(chunk))
+    done_before = _completed(store, session_id, job_ids)
+    report = SweepReport(total=len(configs), already_done=done_before)
+    with tqdm(total=len(configs), initial=done_before, desc=desc, disable=not progress, unit="pt") as bar:
+        if wait_for_workers:
+            while not store.all_done(job_ids):
+                time.sleep(poll_s)
+                bar.n = _terminal(store, session_id, job_ids)
+                bar.refresh()
+        else:
+            worker = Worker(store, backend, sessions=[session_id], gpu_id=gpu_id, max_retries=max_retries,
+                            name=f"in-process:{desc}")
+            worker.run(exit_when_empty=True, on_progress=bar.update)
+        bar.n = _terminal(store, session_id, job_ids)
+        bar.refresh()
+    jobs = store.jobs_frame(session_id)
+    jobs = jobs[jobs["job_id"].isin(job_ids)]
+    report.measured = int((jobs["state"] == "completed").sum()) - done_before
+    by_job = dict(zip(job_ids, configs))
+    report.failed = [(by_job[j], e) for j, st, e in zip(jobs["job_id"], jobs["state"], jobs["error"])
+                     if st in ("failed", "timed_out")]
     return report
+
+
+def _completed(store: Store, session_id: int, job_ids: list[int]) -> int:
+    counts = store.job_state_counts(job_ids)
+    return counts.get("completed", 0)
+
+
+def _terminal(store: Store, session_id: int, job_ids: list[int]) -> int:
+    counts = store.job_state_counts(job_ids)
+    return sum(counts.get(s, 0) for s in TERMINAL_STATES)

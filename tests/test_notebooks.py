@@ -90,3 +90,52 @@ def test_a_failing_notebook_is_reported_and_nothing_is_written(tmp_path):
                            str(profile), "--no-progress"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "missing-spec.json does not exist" in proc.stderr
     assert not profile.exists()
+
+
+@pytest.mark.slow
+def test_a_calibration_killed_half_way_resumes_without_remeasuring(tmp_path):
+    import os
+    import signal
+    import sqlite3
+    import time
+
+    spec = tmp_path / "paced.json"
+    spec.write_text(json.dumps({"pace_s": 0.02, "noise": {"seed": 11}}))
+    run_dir = tmp_path / "run"
+
+    def calib_run(run_dir, profile, **popen):
+        cmd = [sys.executable, "-m", "calib", "run", "--backend", "sim", "--sim-spec", str(spec), "--run-dir",
+               str(run_dir), "--profile", str(profile), "--no-progress"]
+        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+    def results():
+        try:
+            with sqlite3.connect(run_dir / "results.sqlite") as db:
+                return db.execute("SELECT id, job_id FROM result ORDER BY id").fetchall()
+        except sqlite3.Error:
+            return []
+
+    victim = calib_run(run_dir, tmp_path / "p1.json", start_new_session=True)  # its kernel is in its group
+    deadline = time.time() + 240
+    while len(results()) < 40 and time.time() < deadline and victim.poll() is None:
+        time.sleep(0.1)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    before = results()
+    assert 40 <= len(before) < 120, f"{len(before)} results when killed"
+    assert not (tmp_path / "p1.json").exists()
+
+    resumed = calib_run(run_dir, tmp_path / "p1.json")
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read()[-3000:]
+    after = results()
+    assert after[: len(before)] == before  # the completed points were kept, not measured again
+    assert len(after) == 120 and len({job for _, job in after}) == 120
+
+    straight = calib_run(tmp_path / "run2", tmp_path / "p2.json")
+    assert straight.wait(timeout=600) == 0
+    p1 = json.loads((tmp_path / "p1.json").read_text())["params"]
+    p2 = json.loads((tmp_path / "p2.json").read_text())["params"]
+    assert set(p1) == set(p2)
+    for name in p1:
+        (lo1, hi1), (lo2, hi2) = p1[name]["ci95"], p2[name]["ci95"]
+        assert lo1 <= hi2 and lo2 <= hi1, f"{name}: {p1[name]['ci95']} and {p2[name]['ci95']} do not overlap"

@@ -21,6 +21,7 @@ Sweeps read, write and copy kernels over buffer sizes well beyond the L2 cache, 
 
 Run headless with `calib run`, or here: change the parameters cell and run all."""),
     new_code_cell("""backend = "auto"        # "auto": the GPU where there is one, else the simulated device
+wait_for_workers = False # leave the measuring to `calib worker` processes (a fleet's shared database)
 device = 0               # CUDA device index
 sim_spec = None          # JSON spec of the simulated device (None: H200-like defaults)
 suite = "quick"          # "quick" or "full" size grid
@@ -48,7 +49,7 @@ print(cal.banner())"""),
     new_code_cell("""configs = dram.plan(suite, l2_bytes=cal.backend.l2_bytes, memory_bytes=cal.backend.memory_bytes,
                    size_list=None if sizes_mib is None else [int(s * 2**20) for s in sizes_mib],
                    kinds=kinds, widths=widths)
-frame, report = cal.sweep(configs, desc="DRAM sweep")
+frame, report = cal.sweep(configs, desc="DRAM sweep", wait_for_workers=wait_for_workers)
 print(report)
 frame.to_parquet(cal.output_dir / "memory_bandwidth.parquet")
 frame.head()"""),
@@ -62,11 +63,13 @@ cal.save_figure(fig, "memory_bandwidth")"""),
 A good fit leaves residuals without a pattern against fitted time or size and close to the line in
 the Q-Q plot. Curvature means the linear model misses something (cache effects at the small end,
 throttling at the large end); a poor fit is flagged in the parameter's record, not hidden."""),
-    new_code_cell("""for name, f in fits.items():
-    if name.endswith(".align16"):
-        continue  # the same fit as the unqualified parameter
-    fig = f.plot_residuals(title=cal.title(name), x_label="bytes moved")
-    cal.save_figure(fig, "residuals-" + name.replace(".", "_"))"""),
+    new_code_cell("""for kind in kinds:
+    name = dram.param_name(kind)
+    if name in fits:
+        fig = fits[name].plot_residuals(title=cal.title(name), x_label="bytes moved (MiB)", x_scale=2**20)
+        cal.save_figure(fig, "residuals-" + name.replace(".", "_"))
+fig = dram.plot_width_residuals(fits, simulated=cal.simulated)
+cal.save_figure(fig, "residuals-by-width")"""),
     new_markdown_cell("## Reading"),
     new_code_cell("""read = records.get("memory.dram.read_bandwidth_gbps")
 if read:

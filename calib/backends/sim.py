@@ -11,7 +11,11 @@ Spec (every key optional; defaults are H200-like)::
     {"name": "H200-like",
      "device": {"sm_count": 132, "l2_bytes": 62914560, "memory_bytes": 150000000000},
      "params": {"memory.dram.read_bandwidth_gbps": 4300.0, ...},
-     "noise": {"rel_sd": 0.01, "outlier_rate": 0.01, "outlier_scale": 1.0, "seed": 0}}
+     "noise": {"rel_sd": 0.01, "outlier_rate": 0.01, "outlier_scale": 1.0, "seed": 0},
+     "pace_s": 0.0}
+
+``pace_s`` makes each measured point take that much wall time, as a slow GPU would: for
+exercising progress bars, workers that die mid-job and sweeps killed half way.
 
 Noise: each sample is ``t * (1 + rel_sd * N(0,1))``; with probability ``outlier_rate`` a sample is
 also slowed by a factor ``1 + outlier_scale * Exp(1)`` (a context switch, a neighbour's kernel).
@@ -20,6 +24,7 @@ also slowed by a factor ``1 + outlier_scale * Exp(1)`` (a context switch, a neig
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +62,7 @@ def load_spec(spec: str | Path | dict | None) -> dict:
         source = str(path)
     if not isinstance(raw, dict):
         raise SimSpecError("a simulated-device spec must be a JSON object")
-    unknown = set(raw) - {"name", "device", "params", "noise"}
+    unknown = set(raw) - {"name", "device", "params", "noise", "pace_s"}
     if unknown:
         raise SimSpecError(f"unknown keys in simulated-device spec: {sorted(unknown)}")
     params = dict(raw.get("params") or {})
@@ -72,8 +77,11 @@ def load_spec(spec: str | Path | dict | None) -> dict:
         raise SimSpecError(f"noise.outlier_rate must be in [0, 0.5), got {noise['outlier_rate']}")
     if noise["rel_sd"] < 0:
         raise SimSpecError("noise.rel_sd must not be negative")
+    pace_s = raw.get("pace_s", 0.0)
+    if not isinstance(pace_s, (int, float)) or pace_s < 0:
+        raise SimSpecError(f"pace_s must be a non-negative number of seconds, got {pace_s!r}")
     return {"name": raw.get("name", "H200-like"), "device": {**DEFAULT_DEVICE, **(raw.get("device") or {})},
-            "params": truth, "noise": noise, "source": source}
+            "params": truth, "noise": noise, "pace_s": float(pace_s), "source": source}
 
 
 class SimBackend(Backend):
@@ -140,6 +148,8 @@ class SimBackend(Backend):
                     f"has {self.memory_bytes / 2**30:.1f} GiB")
             else:
                 ok.append(i)
+        if ok and self.spec["pace_s"]:
+            time.sleep(self.spec["pace_s"] * len(ok))
         if ok:
             true_us = self.true_time_us([configs[i] for i in ok])
             samples = self.sample_matrix(true_us, self.rule.max_samples)

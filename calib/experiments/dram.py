@@ -136,3 +136,25 @@ def plot_bandwidth(frame, records: dict, *, simulated: bool):
     if simulated:
         fig.suptitle("SIMULATED DEVICE: not a measurement of real hardware", color="crimson")
     return fig
+
+
+def plot_width_residuals(fits: dict, *, simulated: bool):
+    """Standardized residuals against size for every access width, one panel per kind: the
+    narrower widths' fits at a glance (the 16-byte fits get the full three-panel view)."""
+    import matplotlib.pyplot as plt
+
+    kinds = [k for k in KINDS if any(param_name(k, w) in fits for w in WIDTHS)]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.2), squeeze=False, constrained_layout=True)
+    for ax, kind in zip(axes[0], kinds):
+        for w in WIDTHS:
+            f = fits.get(param_name(kind, w))
+            if f is None:
+                continue
+            order = np.argsort(f.x)
+            ax.plot(f.x[order] / 2**20, f.std_resid[order], "o-", ms=3, label=f"{w} B{' (flagged)' if f.flags else ''}")
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set(xscale="log", xlabel="bytes moved (MiB)", ylabel="standardized residual", title=f"DRAM {kind}")
+        ax.legend(fontsize=7)
+    if simulated:
+        fig.suptitle("SIMULATED DEVICE: not a measurement of real hardware", color="crimson")
+    return fig

@@ -1,0 +1,471 @@
+"""The tuning database: sessions, configs, jobs and results, shared by the workers of a fleet.
+
+SQLite (WAL, foreign keys, a busy timeout) is the embedded default; PostgreSQL serves a fleet
+through ``CALIB_DB_URL``. Opening a database brings its schema to the current migration (under a
+lock, so that eight workers starting at once migrate it once). Workers claim jobs with one
+``UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING`` statement, which SQLite
+runs atomically under its write lock, so no job is ever handed to two workers.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import socket
+from pathlib import Path
+
+from sqlalchemy import case, create_engine, event, func, literal, select, text, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.orm import Session
+
+from ..configs import from_descriptor
+from .tables import (JOB_STATES, TERMINAL_STATES, ConfigRow, ConvConfigRow, GemmConfigRow, JobRow, ResultRow,
+                     SessionRow, utcnow)
+
+ENV_DB_URL = "CALIB_DB_URL"
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+def canonical_json(descriptor: dict) -> str:
+    """The one text of a descriptor: sorted keys, no spaces. Equal contents, equal text."""
+    return json.dumps(descriptor, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def descriptor_hash(descriptor: dict) -> str:
+    return hashlib.sha256(canonical_json(descriptor).encode()).hexdigest()
+
+
+def sqlite_url(path: str | os.PathLike) -> str:
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+def default_url(fallback_path: str | os.PathLike) -> str:
+    """``CALIB_DB_URL`` when set (a fleet's shared database), else SQLite at ``fallback_path``."""
+    return os.environ.get(ENV_DB_URL) or sqlite_url(fallback_path)
+
+
+def _sqlite_pragmas(dbapi_conn, _record):
+    # SQLAlchemy's recipe for pysqlite: calib emits BEGIN itself (see _sqlite_begin).
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute("PRAGMA journal_mode=WAL")
+    except Exception:  # a read-only database keeps its journal mode; the write will say why
+        pass
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.close()
+
+
+def _sqlite_begin(conn):
+    """Every transaction takes SQLite's write lock up front (waiting up to the busy timeout):
+    a deferred transaction that read first could not upgrade to a writer once another process had
+    committed, and would fail instead of waiting."""
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _describe(exc: Exception) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+
+
+class Store:
+    """A handle on one tuning database; cheap to open, safe to share between processes."""
+
+    def __init__(self, url: str, *, readonly: bool = False):
+        try:
+            parsed = make_url(url)
+        except ArgumentError:
+            raise StoreError(f"{url!r} is not a database URL (expected e.g. sqlite:///path/results.sqlite or "
+                             "postgresql+psycopg://user@host/db)") from None
+        self.url = parsed.render_as_string(hide_password=True)
+        self._raw_url = url
+        try:
+            kwargs = {"pool_pre_ping": True} if parsed.get_backend_name() == "postgresql" else {}
+            self.engine = create_engine(parsed, future=True, **kwargs)
+        except (NoSuchModuleError, ArgumentError, ImportError) as exc:
+            raise StoreError(f"cannot open results database {self.url}: {_describe(exc)} (for PostgreSQL: "
+                             "pip install 'calib[postgres]')") from None
+        self.dialect = self.engine.dialect.name
+        if self.dialect == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "begin", _sqlite_begin)
+            path = parsed.database
+            if path and path != ":memory:" and not path.startswith("file:"):
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with self.engine.connect():
+                pass
+        except DBAPIError as exc:
+            raise StoreError(f"cannot connect to results database {self.url}: {_describe(exc)}") from None
+        if readonly:
+            self._check_revision()
+        else:
+            self._migrate()
+            self._probe_write()
+
+    def _probe_write(self):
+        """Fail now, with a clear message, rather than at the first result of a long sweep."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(text("UPDATE alembic_version SET version_num = version_num"))
+        except DBAPIError as exc:
+            message = _describe(exc)
+            if "readonly" in message.replace("-", "").replace(" ", "").lower() or "read-only" in message:
+                raise StoreError(f"results database {self.url} is read-only ({message}): calib must write to it; "
+                                 "copy it somewhere writable or point CALIB_DB_URL elsewhere") from None
+            raise StoreError(f"cannot write to results database {self.url}: {message}") from None
+
+    def _check_revision(self):
+        from alembic.script import ScriptDirectory
+
+        head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+        current = self.schema_revision()
+        if current != head:
+            raise StoreError(f"results database {self.url} is at schema revision {current!r}, this calib reads "
+                             f"{head!r}: open it writable once to migrate it")
+
+    # -- schema -----------------------------------------------------------------------------
+    def _alembic_config(self, connection):
+        from alembic.config import Config
+
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.attributes["connection"] = connection
+        return cfg
+
+    def schema_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    def _migrate(self):
+        """Bring the schema to the newest migration; refuse a database newer than this calib."""
+        from alembic import command
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
+        head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+        try:
+            with self._migration_lock() as conn:
+                current = MigrationContext.configure(conn).get_current_revision()
+                known = {r.revision for r in ScriptDirectory(str(MIGRATIONS)).walk_revisions()}
+                if current is not None and current not in known:
+                    raise StoreError(f"results database {self.url} is at schema revision {current!r}, which this "
+                                     f"calib does not know (it knows up to {head!r}): it was written by a newer "
+                                     "calib; upgrade calib")
+                if current is None and _has_table(conn, "calib_meta"):
+                    current = "0001"  # written by calib 0.1 before migrations existed
+                    command.stamp(self._alembic_config(conn), "0001")
+                if current != head:
+                    command.upgrade(self._alembic_config(conn), "head")
+                conn.commit()
+        except StoreError:
+            raise
+        except (OperationalError, DBAPIError) as exc:
+            message = _describe(exc)
+            if "readonly" in message.replace("-", "").replace(" ", "").lower():
+                raise StoreError(f"results database {self.url} is read-only ({message}): calib must write to it; "
+                                 "copy it somewhere writable or point CALIB_DB_URL elsewhere") from None
+            raise StoreError(f"cannot migrate results database {self.url} to schema {head}: {message}") from None
+
+    def _migration_lock(self):
+        """One migrator at a time: PostgreSQL's advisory lock, a lock file beside a SQLite file."""
+        store = self
+
+        class _Lock:
+            def __enter__(self):
+                self.conn = store.engine.connect()
+                self.file_lock = None
+                if store.dialect == "postgresql":
+                    self.conn.execute(text("SELECT pg_advisory_lock(7254061)"))
+                    self.conn.commit()
+                elif store.dialect == "sqlite":
+                    # Batch migrations rebuild tables; SQLite checks foreign keys per statement
+                    # unless told not to, which it only takes outside a transaction.
+                    self.conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+                    path = store.engine.url.database
+                    if path and path != ":memory:" and not path.startswith("file:"):
+                        from filelock import FileLock
+
+                        self.file_lock = FileLock(path + ".migrate.lock", timeout=120)
+                        self.file_lock.acquire()
+                return self.conn
+
+            def __exit__(self, *exc):
+                try:
+                    if store.dialect == "postgresql":
+                        self.conn.rollback()
+                        self.conn.execute(text("SELECT pg_advisory_unlock(7254061)"))
+                        self.conn.commit()
+                    elif store.dialect == "sqlite":
+                        self.conn.rollback()
+                        self.conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
+                finally:
+                    self.conn.close()
+                    if self.file_lock:
+                        self.file_lock.release()
+
+        return _Lock()
+
+    # -- sessions ---------------------------------------------------------------------------
+    def open_session(self, label: str, device: dict, software: dict, *, reason: str | None = None,
+                     ticket: str | None = None, container: str | None = None) -> int:
+        """The session called ``label`` for this device, created if new: re-running a sweep under
+        the same label resumes it. A label already used by another device is an error."""
+        from ..fingerprint import hard_differences
+
+        with Session(self.engine) as s, s.begin():
+            rows = s.scalars(select(SessionRow).where(SessionRow.label == label).order_by(SessionRow.id)).all()
+            for row in rows:
+                if not hard_differences(row.device, device):
+                    return row.id
+            if rows:
+                diffs = "; ".join(hard_differences(rows[-1].device, device))
+                raise StoreError(f"session {label!r} in {self.url} was measured on another device ({diffs})")
+            row = SessionRow(label=label, device_name=str(device.get("name")), arch=device.get("compute_capability"),
+                             sm_count=device.get("sm_count"), simulated=bool(device.get("simulated")),
+                             driver=software.get("driver"), cuda_runtime=software.get("cuda_runtime"),
+                             cupy_version=software.get("cupy"), calib_version=software.get("calib"),
+                             device=device, software=software, reason=reason, ticket=ticket,
+                             container=container or os.environ.get("CALIB_CONTAINER"),
+                             machine_name=socket.gethostname())
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def session(self, session_id: int) -> SessionRow:
+        with Session(self.engine) as s:
+            row = s.get(SessionRow, session_id)
+            if row is None:
+                raise StoreError(f"no session {session_id} in {self.url}")
+            s.expunge(row)
+            return row
+
+    def sessions_for_device(self, device: dict) -> list[int]:
+        """Sessions whose device this one can measure for (same hard fingerprint)."""
+        from ..fingerprint import hard_differences
+
+        with Session(self.engine) as s:
+            rows = s.execute(select(SessionRow.id, SessionRow.device)).all()
+        return [sid for sid, dev in rows if not hard_differences(dev, device)]
+
+    def link_profile(self, session_id: int, profile_path: str | os.PathLike):
+        with Session(self.engine) as s, s.begin():
+            s.get(SessionRow, session_id).profile_path = str(profile_path)
+
+    # -- configs and jobs -------------------------------------------------------------------
+    def config_id(self, descriptor: dict, s: Session | None = None) -> int:
+        own = s is None
+        s = s or Session(self.engine)
+        try:
+            h = descriptor_hash(descriptor)
+            cid = s.scalar(select(ConfigRow.id).where(ConfigRow.descriptor_hash == h))
+            if cid is None:
+                typed = from_descriptor(descriptor)  # validates conv/gemm descriptors
+                row = ConfigRow(experiment=str(descriptor.get("experiment", "")), descriptor=canonical_json(descriptor),
+                                descriptor_hash=h)
+                s.add(row)
+                s.flush()
+                cid = row.id
+                if typed is not None:
+                    kind_row = ConvConfigRow if typed.experiment == "conv" else GemmConfigRow
+                    s.add(kind_row(config_id=cid, **{k: v for k, v in descriptor.items() if k != "experiment"}))
+                    s.flush()
+            if own:
+                s.commit()
+            return cid
+        finally:
+            if own:
+                s.close()
+
+    def enqueue(self, session_id: int, descriptors: list[dict], *, retry_failed: bool = True) -> list[int]:
+        """Job ids for these configs in this session: ``new`` jobs where none exist; failed or
+        timed-out jobs go back to ``new`` (a sweep run again runs what is not completed)."""
+        out = []
+        with Session(self.engine) as s, s.begin():
+            existing = dict(s.execute(select(JobRow.config_id, JobRow.id).where(JobRow.session_id == session_id)).all())
+            for d in descriptors:
+                cid = self.config_id(d, s)
+                jid = existing.get(cid)
+                if jid is None:
+                    job = JobRow(session_id=session_id, config_id=cid, state="new", retries=0)
+                    s.add(job)
+                    s.flush()
+                    jid = existing[cid] = job.id
+                out.append(jid)
+            if retry_failed:
+                s.execute(update(JobRow).where(JobRow.id.in_(out), JobRow.state.in_(("failed", "timed_out")))
+                          .values(state="new"))
+        return out
+
+    def claim(self, session_ids: list[int], *, worker: str, gpu_id: int | None = None,
+              limit: int = 1) -> list[tuple[int, dict]]:
+        """Hand up to ``limit`` ``new`` jobs of these sessions to ``worker``, atomically."""
+        if not session_ids:
+            return []
+        now = utcnow()
+        pick = (select(JobRow.id).where(JobRow.session_id.in_(session_ids), JobRow.state == "new")
+                .order_by(JobRow.id).limit(limit).with_for_update(skip_locked=True))
+        stmt = (update(JobRow).where(JobRow.id.in_(pick.scalar_subquery()), JobRow.state == "new")
+                .values(state="running", claimed_at=now, started_at=now, heartbeat_at=now, worker=worker,
+                        gpu_id=gpu_id, machine_name=socket.gethostname(), finished_at=None)
+                .returning(JobRow.id, JobRow.config_id))
+        with Session(self.engine) as s, s.begin():
+            rows = sorted(s.execute(stmt).all())
+            if not rows:
+                return []
+            descriptors = dict(s.execute(select(ConfigRow.id, ConfigRow.descriptor)
+                                         .where(ConfigRow.id.in_([r.config_id for r in rows]))).all())
+        return [(r.id, json.loads(descriptors[r.config_id])) for r in rows]
+
+    def pending(self, session_ids: list[int]) -> int:
+        """Jobs of these sessions not yet in a terminal state (new or running)."""
+        if not session_ids:
+            return 0
+        with Session(self.engine) as s:
+            return s.scalar(select(func.count()).where(JobRow.session_id.in_(session_ids),
+                                                       JobRow.state.not_in(TERMINAL_STATES)))
+
+    def heartbeat(self, job_id: int, worker: str) -> bool:
+        """Refresh the job's heartbeat; False if the job is no longer this worker's."""
+        with Session(self.engine) as s, s.begin():
+            n = s.execute(update(JobRow).where(JobRow.id == job_id, JobRow.worker == worker,
+                                               JobRow.state == "running").values(heartbeat_at=utcnow())).rowcount
+        return n == 1
+
+    def _owned(self, job_id: int, worker: str | None):
+        cond = [JobRow.id == job_id, JobRow.state == "running"]
+        return cond + ([JobRow.worker == worker] if worker is not None else [])
+
+    def complete(self, job_id: int, measurement, *, worker: str | None = None, candidates=()) -> bool:
+        """Record the measurement (and tuning candidates) and mark the job completed, in one
+        transaction; refused (False) if the job was reclaimed from this worker meanwhile."""
+        with Session(self.engine) as s, s.begin():
+            row = s.execute(update(JobRow).where(*self._owned(job_id, worker))
+                            .values(state="completed", finished_at=utcnow(), error=None)
+                            .returning(JobRow.session_id, JobRow.config_id)).first()
+            if row is None:
+                return False
+            for cand in candidates:
+                s.add(_result_row(row.session_id, row.config_id, job_id, cand, role="tuning"))
+            s.add(_result_row(row.session_id, row.config_id, job_id, measurement, role="measurement"))
+        return True
+
+    def fail(self, job_id: int, error: str, *, worker: str | None = None, max_retries: int = 0) -> str | None:
+        """Count a failed attempt: back to ``new`` while retries remain, else ``failed`` with the
+        error kept. Returns the new state (None if the job was not this worker's any more)."""
+        retry = JobRow.retries + 1 <= max_retries
+        with Session(self.engine) as s, s.begin():
+            row = s.execute(update(JobRow).where(*self._owned(job_id, worker))
+                            .values(retries=JobRow.retries + 1, error=error,
+                                    state=case((retry, "new"), else_="failed"),
+                                    finished_at=case((retry, None), else_=utcnow()))
+                            .returning(JobRow.state)).first()
+        return None if row is None else row.state
+
+    def reclaim_stale(self, *, timeout_s: float, max_retries: int) -> int:
+        """Jobs whose worker stopped heartbeating: back to ``new``, or ``timed_out`` when they have
+        used up their retries. Returns how many were reclaimed."""
+        cutoff = utcnow() - _dt.timedelta(seconds=timeout_s)
+        retry = JobRow.retries + 1 <= max_retries
+        note = f"worker stopped heartbeating for over {timeout_s:g} s (was "
+        with Session(self.engine) as s, s.begin():
+            rows = s.execute(update(JobRow).where(JobRow.state == "running", JobRow.heartbeat_at < cutoff)
+                             .values(retries=JobRow.retries + 1,
+                                     error=literal(note) + func.coalesce(JobRow.worker, "?") + literal(")"),
+                                     state=case((retry, "new"), else_="timed_out"),
+                                     finished_at=case((retry, None), else_=utcnow()))
+                             .returning(JobRow.id)).all()
+        return len(rows)
+
+    # -- reading back -----------------------------------------------------------------------
+    def counts(self, session_id: int | None = None) -> dict:
+        """Jobs by state, per session: {session_id: {state: n}}."""
+        q = select(JobRow.session_id, JobRow.state, func.count()).group_by(JobRow.session_id, JobRow.state)
+        if session_id is not None:
+            q = q.where(JobRow.session_id == session_id)
+        out: dict = {}
+        with Session(self.engine) as s:
+            for sid, state, n in s.execute(q):
+                out.setdefault(sid, {st: 0 for st in JOB_STATES})[state] = n
+        return out
+
+    def sessions_frame(self):
+        import pandas as pd
+
+        cols = [SessionRow.id, SessionRow.label, SessionRow.device_name, SessionRow.arch, SessionRow.sm_count,
+                SessionRow.simulated, SessionRow.created, SessionRow.reason, SessionRow.ticket, SessionRow.profile_path]
+        with Session(self.engine) as s:
+            rows = s.execute(select(*cols).order_by(SessionRow.id)).all()
+        return pd.DataFrame(rows, columns=[c.key for c in cols])
+
+    def frame(self, session_id: int, experiment: str | None = None, *, role: str = "measurement"):
+        """One row per result of ``role``: the descriptor's fields as columns, then the timing."""
+        import pandas as pd
+
+        q = (select(ResultRow, ConfigRow.descriptor, JobRow.gpu_id)
+             .join(ConfigRow, ResultRow.config_id == ConfigRow.id)
+             .outerjoin(JobRow, ResultRow.job_id == JobRow.id)
+             .where(ResultRow.session_id == session_id, ResultRow.role == role).order_by(ResultRow.id))
+        if experiment:
+            q = q.where(ConfigRow.experiment == experiment)
+        rows = []
+        with Session(self.engine) as s:
+            for res, descriptor, gpu_id in s.execute(q):
+                rows.append({**json.loads(descriptor), "time_us": res.kernel_time_us, "se_us": res.se_us,
+                             "median_us": res.median_us, "n_samples": res.n_samples, "stop_reason": res.stop_reason,
+                             "throttled": res.throttled, "simulated": res.simulated, "perf_config": res.perf_config,
+                             "gpu_id": gpu_id, "result_id": res.id})
+        return pd.DataFrame(rows)
+
+    def jobs_frame(self, session_id: int):
+        import pandas as pd
+
+        q = (select(JobRow.id, JobRow.state, JobRow.retries, JobRow.error, JobRow.gpu_id, JobRow.worker,
+                    ConfigRow.descriptor)
+             .join(ConfigRow, JobRow.config_id == ConfigRow.id).where(JobRow.session_id == session_id)
+             .order_by(JobRow.id))
+        with Session(self.engine) as s:
+            rows = [{"job_id": j, "state": st, "retries": r, "error": e, "gpu_id": g, "worker": w, **json.loads(d)}
+                    for j, st, r, e, g, w, d in s.execute(q)]
+        return pd.DataFrame(rows)
+
+    def samples(self, result_id: int) -> list[float]:
+        with Session(self.engine) as s:
+            return list(s.get(ResultRow, result_id).samples_us)
+
+    def job_state_counts(self, job_ids: list[int]) -> dict[str, int]:
+        with Session(self.engine) as s:
+            return dict(s.execute(select(JobRow.state, func.count()).where(JobRow.id.in_(job_ids))
+                                  .group_by(JobRow.state)).all())
+
+    def all_done(self, job_ids: list[int]) -> bool:
+        with Session(self.engine) as s:
+            n = s.scalar(select(func.count()).where(JobRow.id.in_(job_ids), JobRow.state.not_in(TERMINAL_STATES)))
+        return n == 0
+
+
+def _has_table(conn, name: str) -> bool:
+    from sqlalchemy import inspect
+
+    return inspect(conn).has_table(name)
+
+
+def _result_row(session_id: int, config_id: int, job_id: int | None, measurement, *, role: str) -> ResultRow:
+    summary = measurement.summary()
+    return ResultRow(session_id=session_id, config_id=config_id, job_id=job_id, role=role,
+                     perf_config=canonical_json(measurement.protocol.get("perf_config", {})),
+                     kernel_time_us=summary["time_us"], median_us=summary["median_us"], se_us=summary["se_us"],
+                     n_samples=summary["n_samples"], stop_reason=summary["stop_reason"],
+                     throttled=summary["throttled"], simulated=summary["simulated"],
+                     samples_us=[float(v) for v in measurement.samples_us], protocol=measurement.protocol,
+                     clocks=measurement.clocks, warnings=measurement.warnings)

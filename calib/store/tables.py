@@ -1,0 +1,140 @@
+"""Tables of the tuning database, after the session / config / job / result tables that the
+MIOpen and rocMLIR tuning farms use. Changes go through a migration in ``migrations/versions``."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+JOB_STATES = ("new", "running", "completed", "failed", "timed_out", "skipped")
+TERMINAL_STATES = ("completed", "failed", "timed_out", "skipped")
+
+
+def utcnow() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SessionRow(Base):
+    """Everything that may change a measurement, and why the measurements were taken."""
+
+    __tablename__ = "session"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    label: Mapped[str] = mapped_column(String(512), index=True)
+    created: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+    device_name: Mapped[str] = mapped_column(String(128))
+    arch: Mapped[str | None] = mapped_column(String(32))
+    sm_count: Mapped[int | None] = mapped_column(Integer)
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    driver: Mapped[str | None] = mapped_column(String(64))
+    cuda_runtime: Mapped[str | None] = mapped_column(String(64))
+    cupy_version: Mapped[str | None] = mapped_column(String(64))
+    calib_version: Mapped[str | None] = mapped_column(String(64))
+    device: Mapped[dict] = mapped_column(JSON)
+    software: Mapped[dict] = mapped_column(JSON)
+    reason: Mapped[str | None] = mapped_column(String(128))
+    ticket: Mapped[str | None] = mapped_column(String(128))
+    container: Mapped[str | None] = mapped_column(String(256))
+    machine_name: Mapped[str | None] = mapped_column(String(128))
+    profile_path: Mapped[str | None] = mapped_column(Text)
+
+
+class ConfigRow(Base):
+    """A problem descriptor: canonical JSON and its hash, the same row for the same contents."""
+
+    __tablename__ = "config"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment: Mapped[str] = mapped_column(String(64), index=True)
+    descriptor: Mapped[str] = mapped_column(Text)
+    descriptor_hash: Mapped[str] = mapped_column(String(64), unique=True)
+
+
+class ConvConfigRow(Base):
+    """Kind-specific columns of a convolution config, for queries a JSON column makes awkward."""
+
+    __tablename__ = "config_conv"
+    config_id: Mapped[int] = mapped_column(ForeignKey("config.id"), primary_key=True)
+    direction: Mapped[str] = mapped_column(String(8))
+    in_dtype: Mapped[str] = mapped_column(String(16))
+    fil_dtype: Mapped[str] = mapped_column(String(16))
+    out_dtype: Mapped[str] = mapped_column(String(16))
+    in_layout: Mapped[str] = mapped_column(String(8))
+    fil_layout: Mapped[str] = mapped_column(String(8))
+    out_layout: Mapped[str] = mapped_column(String(8))
+    batch: Mapped[int] = mapped_column(Integer)
+    in_channels: Mapped[int] = mapped_column(Integer)
+    out_channels: Mapped[int] = mapped_column(Integer)
+    in_h: Mapped[int] = mapped_column(Integer)
+    in_w: Mapped[int] = mapped_column(Integer)
+    fil_h: Mapped[int] = mapped_column(Integer)
+    fil_w: Mapped[int] = mapped_column(Integer)
+    pad_h: Mapped[int] = mapped_column(Integer)
+    pad_w: Mapped[int] = mapped_column(Integer)
+    stride_h: Mapped[int] = mapped_column(Integer)
+    stride_w: Mapped[int] = mapped_column(Integer)
+    dilation_h: Mapped[int] = mapped_column(Integer)
+    dilation_w: Mapped[int] = mapped_column(Integer)
+    groups: Mapped[int] = mapped_column(Integer)
+
+
+class GemmConfigRow(Base):
+    __tablename__ = "config_gemm"
+    config_id: Mapped[int] = mapped_column(ForeignKey("config.id"), primary_key=True)
+    m: Mapped[int] = mapped_column(Integer)
+    n: Mapped[int] = mapped_column(Integer)
+    k: Mapped[int] = mapped_column(Integer)
+    batch: Mapped[int] = mapped_column(Integer)
+    a_layout: Mapped[str] = mapped_column(String(4))
+    b_layout: Mapped[str] = mapped_column(String(4))
+    a_dtype: Mapped[str] = mapped_column(String(16))
+    b_dtype: Mapped[str] = mapped_column(String(16))
+    out_dtype: Mapped[str] = mapped_column(String(16))
+
+
+class JobRow(Base):
+    """One config's measurement in one session: claimed, heartbeated, retried, finished."""
+
+    __tablename__ = "job"
+    __table_args__ = (UniqueConstraint("session_id", "config_id"), Index("ix_job_session_state", "session_id", "state"))
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("session.id"), index=True)
+    config_id: Mapped[int] = mapped_column(ForeignKey("config.id"))
+    state: Mapped[str] = mapped_column(String(16), default="new")
+    retries: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    claimed_at: Mapped[_dt.datetime | None] = mapped_column(DateTime)
+    started_at: Mapped[_dt.datetime | None] = mapped_column(DateTime)
+    finished_at: Mapped[_dt.datetime | None] = mapped_column(DateTime)
+    heartbeat_at: Mapped[_dt.datetime | None] = mapped_column(DateTime)
+    gpu_id: Mapped[int | None] = mapped_column(Integer)
+    machine_name: Mapped[str | None] = mapped_column(String(128))
+    worker: Mapped[str | None] = mapped_column(String(128))
+
+
+class ResultRow(Base):
+    """Every measurement, winner or not: the perf-config, its time and all samples."""
+
+    __tablename__ = "result"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    session_id: Mapped[int] = mapped_column(ForeignKey("session.id"), index=True)
+    config_id: Mapped[int] = mapped_column(ForeignKey("config.id"), index=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"))
+    role: Mapped[str] = mapped_column(String(16), default="measurement")  # or "tuning", "imported"
+    perf_config: Mapped[str] = mapped_column(Text)
+    kernel_time_us: Mapped[float] = mapped_column(Float)
+    median_us: Mapped[float] = mapped_column(Float)
+    se_us: Mapped[float | None] = mapped_column(Float)
+    n_samples: Mapped[int] = mapped_column(Integer)
+    stop_reason: Mapped[str] = mapped_column(String(32))
+    throttled: Mapped[bool] = mapped_column(Boolean, default=False)
+    simulated: Mapped[bool] = mapped_column(Boolean, default=False)
+    samples_us: Mapped[list] = mapped_column(JSON)
+    protocol: Mapped[dict] = mapped_column(JSON)
+    clocks: Mapped[dict] = mapped_column(JSON)
+    warnings: Mapped[list] = mapped_column(JSON)
+    created: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)

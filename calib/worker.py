@@ -1,0 +1,115 @@
+"""``calib worker``: one process per GPU that drains jobs from the tuning database.
+
+A worker claims jobs of the sessions measured on its kind of device, heartbeats while it measures,
+records each result in the same transaction that completes the job, and retries a failing job up
+to a limit before marking it failed with the error. Jobs whose worker died (no heartbeat for
+``lease_timeout_s``) are put back by whichever worker notices first. A sweep run in-process is
+this same loop, so the two paths cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .backends.base import Backend
+from .store import Store
+
+
+@dataclass
+class WorkerStats:
+    completed: int = 0
+    failed_attempts: int = 0
+    reclaimed: int = 0
+    lost: int = 0  # results refused because the job had been reclaimed meanwhile
+    errors: list[str] = field(default_factory=list)
+
+
+class _Heartbeat:
+    def __init__(self, store: Store, job_ids: list[int], worker: str, every_s: float):
+        self.store, self.job_ids, self.worker, self.every_s = store, job_ids, worker, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.wait(self.every_s):
+            for jid in self.job_ids:
+                try:
+                    self.store.heartbeat(jid, self.worker)
+                except Exception:  # a missed beat is retried; a dead database shows up in the main loop
+                    pass
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def physical_gpu_id(device: int) -> int:
+    """The GPU's index on the host, honouring CUDA_VISIBLE_DEVICES, for the job record."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if device < len(ids) and ids[device].isdigit():
+        return int(ids[device])
+    return device
+
+
+class Worker:
+    def __init__(self, store: Store, backend: Backend, *, sessions: list[int] | None = None,
+                 gpu_id: int | None = None, name: str | None = None, max_retries: int = 2,
+                 heartbeat_s: float = 5.0, lease_timeout_s: float = 60.0, batch: int | None = None):
+        self.store, self.backend = store, backend
+        self.sessions = sessions
+        self.gpu_id = gpu_id
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}" + (f":gpu{gpu_id}" if gpu_id is not None else "")
+        self.max_retries, self.heartbeat_s, self.lease_timeout_s = max_retries, heartbeat_s, lease_timeout_s
+        # The simulated device is vectorized: claim many jobs at a time. A GPU measures one by one.
+        self.batch = batch or (32 if backend.simulated else 1)
+        self.device, _ = backend.fingerprint()
+
+    def _session_ids(self) -> list[int]:
+        return self.sessions if self.sessions is not None else self.store.sessions_for_device(self.device)
+
+    def run(self, *, exit_when_empty: bool = True, idle_poll_s: float = 0.5, max_jobs: int | None = None,
+            stop: threading.Event | None = None, on_progress=None) -> WorkerStats:
+        stats = WorkerStats()
+        while not (stop and stop.is_set()):
+            stats.reclaimed += self.store.reclaim_stale(timeout_s=self.lease_timeout_s, max_retries=self.max_retries)
+            sessions = self._session_ids()
+            limit = self.batch if max_jobs is None else max(1, min(self.batch, max_jobs - stats.completed))
+            jobs = self.store.claim(sessions, worker=self.name, gpu_id=self.gpu_id, limit=limit)
+            if not jobs:
+                if exit_when_empty and self.store.pending(sessions) == 0:
+                    break
+                time.sleep(idle_poll_s)
+                continue
+            self._measure(jobs, stats)
+            if on_progress:
+                on_progress(len(jobs))
+            if max_jobs is not None and stats.completed >= max_jobs:
+                break
+        return stats
+
+    def _measure(self, jobs: list[tuple[int, dict]], stats: WorkerStats):
+        with _Heartbeat(self.store, [j for j, _ in jobs], self.name, self.heartbeat_s):
+            try:
+                outcomes = self.backend.measure([d for _, d in jobs])
+            except Exception as exc:  # the backend itself broke: every job of the batch failed
+                outcomes = [exc] * len(jobs)
+        for (job_id, _), outcome in zip(jobs, outcomes):
+            if isinstance(outcome, Exception):
+                message = f"{type(outcome).__name__}: {outcome}"
+                stats.failed_attempts += 1
+                stats.errors.append(message)
+                self.store.fail(job_id, message, worker=self.name, max_retries=self.max_retries)
+            elif self.store.complete(job_id, outcome, worker=self.name,
+                                     candidates=getattr(outcome, "candidates", ())):
+                stats.completed += 1
+            else:
+                stats.lost += 1

@@ -1,0 +1,240 @@
+"""The tuning database for a fleet, against SQLite and a real PostgreSQL server: migrations,
+clear errors, workers that claim with SKIP LOCKED, heartbeats and reclaiming, retries, winners."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from calib.backends.sim import SimBackend
+from calib.store import Store, StoreError, sqlite_url
+from calib.store.winners import export_tsv, import_tsv, winners
+from calib.timing import Measurement
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield sqlite_url(tmp_path / "tuning.sqlite")
+        return
+    base = os.environ.get("CALIB_TEST_POSTGRES_URL")
+    if not base:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the PostgreSQL tests: .ci/run starts a server and sets CALIB_TEST_POSTGRES_URL")
+        pytest.skip("no PostgreSQL server (eval \"$(bash scripts/postgres-for-tests start)\")")
+    name = f"calib_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    yield make_url(base).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def _session(store, spec=None):
+    device, software = SimBackend(spec).fingerprint()
+    return store.open_session(f"test-{uuid.uuid4().hex[:6]}", device, software)
+
+
+def _configs(n):
+    return [{"experiment": "dram", "kind": ("read", "write", "copy")[i % 3], "width_bytes": (1, 2, 4, 8, 16)[i % 5],
+             "size_bytes": (1 + i) * 2**20} for i in range(n)]
+
+
+def _worker_cmd(url, *extra, spec=None):
+    cmd = [sys.executable, "-m", "calib", "worker", "--backend", "sim", "--db", url, *extra]
+    return cmd + (["--sim-spec", str(spec)] if spec else [])
+
+
+def test_fresh_database_is_at_the_newest_schema(db_url):
+    store = Store(db_url)
+    assert store.schema_revision() == "0002"
+    with store.engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM winner")).scalar() == 0
+
+
+def test_older_schema_is_migrated_with_its_data(db_url):
+    from alembic import command
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        cfg = Store.__new__(Store)._alembic_config(conn)
+        command.upgrade(cfg, "0001")
+        conn.execute(text("INSERT INTO session (id, label, device_name, simulated, device, software) "
+                          "VALUES (1, 'old', 'calib simulated GPU (H200-like)', true, '{}', '{}')"))
+        conn.execute(text("INSERT INTO config (id, experiment, descriptor, descriptor_hash) "
+                          "VALUES (1, 'dram', '{\"experiment\":\"dram\"}', 'h')"))
+        conn.execute(text("INSERT INTO job (id, session_id, config_id, state, retries) VALUES (1, 1, 1, 'completed', 0)"))
+        conn.execute(text("INSERT INTO result (session_id, config_id, job_id, perf_config, kernel_time_us, median_us, "
+                          "n_samples, stop_reason, throttled, simulated, samples_us, protocol, clocks, warnings) "
+                          "VALUES (1, 1, 1, '{}', 12.5, 12.4, 3, 'precision', false, true, '[12.4, 12.5, 12.6]', "
+                          "'{}', '{}', '[]')"))
+    engine.dispose()
+    store = Store(db_url)
+    assert store.schema_revision() == "0002"
+    frame = store.frame(1)
+    assert frame["time_us"].tolist() == [12.5] and store.samples(int(frame["result_id"][0])) == [12.4, 12.5, 12.6]
+
+
+def test_calib_01_database_without_alembic_is_adopted(tmp_path):
+    url = sqlite_url(tmp_path / "old.sqlite")
+    Store(url)
+    engine = create_engine(url)
+    with engine.begin() as c:  # what calib 0.1 left: its tables, calib_meta, no alembic_version
+        c.execute(text("DROP VIEW winner"))
+        c.execute(text("DROP TABLE config_gemm"))
+        c.execute(text("DROP TABLE config_conv"))
+        c.execute(text("DROP TABLE alembic_version"))
+        c.execute(text("CREATE TABLE calib_meta (key VARCHAR(64) PRIMARY KEY, value VARCHAR(256))"))
+        c.execute(text("ALTER TABLE job DROP COLUMN worker"))
+        c.execute(text("DROP INDEX ix_job_session_state"))
+        c.execute(text("CREATE INDEX ix_job_state ON job (state)"))
+        c.execute(text("ALTER TABLE result DROP COLUMN role"))
+    engine.dispose()
+    assert Store(url).schema_revision() == "0002"
+
+
+def test_newer_schema_is_refused_clearly(db_url):
+    Store(db_url)
+    engine = create_engine(db_url)
+    with engine.begin() as c:
+        c.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="revision '0099', which this calib does not know.*upgrade calib"):
+        Store(db_url)
+
+
+@pytest.mark.parametrize("url, message", [
+    ("not a url", "is not a database URL"),
+    ("nosuchdialect://x/y", "cannot open results database"),
+    ("postgresql+psycopg://calib:secret@127.0.0.1:1/nowhere", "cannot connect to results database"),
+])
+def test_bad_database_urls_give_clear_errors(url, message):
+    with pytest.raises(StoreError, match=message) as info:
+        Store(url)
+    assert "secret" not in str(info.value)
+
+
+def test_read_only_database_is_refused_clearly(tmp_path):
+    path = tmp_path / "ro.sqlite"
+    Store(sqlite_url(path))
+    ro = f"sqlite:///file:{path}?mode=ro&uri=true"
+    with pytest.raises(StoreError, match="is read-only"):
+        Store(ro)
+    assert Store(ro, readonly=True).counts() == {}  # reading is fine
+
+
+def test_cli_names_a_bad_calib_db_url(tmp_path):
+    env = {**os.environ, "CALIB_DB_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none"}
+    out = subprocess.run([sys.executable, "-m", "calib", "status"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 2 and "cannot connect to results database" in out.stderr
+
+
+def test_conv_and_gemm_configs_get_their_columns(db_url):
+    from calib.configs import ConfigError, ConvConfig, GemmConfig
+
+    store = Store(db_url)
+    conv = ConvConfig(in_channels=64, out_channels=32, in_h=30, in_w=30, fil_h=3, fil_w=3, batch=7,
+                      in_dtype="f16", fil_dtype="f16", out_dtype="f32")
+    gemm = GemmConfig(m=4096, n=4096, k=1024, a_layout="T", a_dtype="bf16", b_dtype="bf16", out_dtype="f32")
+    cid, gid = store.config_id(conv.descriptor()), store.config_id(gemm.descriptor())
+    assert store.config_id(dict(reversed(list(conv.descriptor().items())))) == cid
+    with store.engine.connect() as c:
+        assert c.execute(text("SELECT in_dtype, out_dtype, batch FROM config_conv WHERE config_id=:i"), {"i": cid}).one() \
+            == ("f16", "f32", 7)
+        assert c.execute(text("SELECT m, k, a_layout FROM config_gemm WHERE config_id=:i"), {"i": gid}).one() \
+            == (4096, 1024, "T")
+    with pytest.raises(ConfigError, match="groups"):
+        ConvConfig(in_channels=6, out_channels=4, in_h=8, in_w=8, fil_h=3, fil_w=3, groups=4)
+
+
+@pytest.mark.slow
+def test_eight_workers_drain_2000_jobs_without_double_claims(db_url, tmp_path):
+    store = Store(db_url)
+    sid = _session(store)
+    job_ids = store.enqueue(sid, _configs(2000))
+    assert len(set(job_ids)) == 2000
+    procs = [subprocess.Popen(_worker_cmd(db_url, "--exit-when-empty", "--batch", "16"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(8)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    completed = lost = 0
+    for out, _ in outs:
+        last = out.strip().splitlines()[-1]
+        completed += int(last.split(": ")[1].split(" completed")[0])
+        lost += int(last.split(", ")[-1].split(" results refused")[0])
+    assert completed == 2000 and lost == 0  # a double claim would make one of two completions be refused
+    assert store.counts(sid)[sid]["completed"] == 2000
+    with store.engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM result WHERE session_id=:s"), {"s": sid}).scalar() == 2000
+        assert c.execute(text("SELECT count(DISTINCT job_id) FROM result WHERE session_id=:s"), {"s": sid}).scalar() == 2000
+        workers = c.execute(text("SELECT count(DISTINCT worker) FROM job WHERE session_id=:s"), {"s": sid}).scalar()
+    assert workers >= 2
+
+
+@pytest.mark.slow
+def test_killed_worker_job_is_reclaimed_and_a_raising_job_fails_with_its_error(db_url, tmp_path):
+    spec = tmp_path / "slow.json"
+    spec.write_text(json.dumps({"pace_s": 4.0}))
+    store = Store(db_url)
+    sid = _session(store, spec)
+    [slow_job] = store.enqueue(sid, _configs(1))
+    victim = subprocess.Popen(_worker_cmd(db_url, "--heartbeat-s", "0.5", spec=spec), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while store.jobs_frame(sid)["state"].tolist() != ["running"] and time.time() < deadline:
+        time.sleep(0.1)
+    assert store.jobs_frame(sid)["state"].tolist() == ["running"]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert store.jobs_frame(sid)["state"].tolist() == ["running"]  # nobody knows yet
+
+    [bad_job] = store.enqueue(sid, [{"experiment": "no-such-experiment", "n": 1}])
+    rescuer = subprocess.run(_worker_cmd(db_url, "--lease-timeout-s", "2", "--heartbeat-s", "0.5", "--max-retries", "2",
+                                         "--exit-when-empty", "--batch", "1", spec=spec),
+                             capture_output=True, text=True, timeout=120)
+    assert rescuer.returncode == 0, rescuer.stderr[-2000:]
+    jobs = store.jobs_frame(sid).set_index("job_id")
+    assert jobs.loc[slow_job, "state"] == "completed" and jobs.loc[slow_job, "retries"] == 1
+    assert "reclaimed from dead workers" in rescuer.stdout
+    assert jobs.loc[bad_job, "state"] == "failed" and jobs.loc[bad_job, "retries"] == 3
+    assert "UnsupportedConfig: the simulated device has no model for 'no-such-experiment'" in jobs.loc[bad_job, "error"]
+    assert len(store.frame(sid)) == 1
+
+
+def _m(t_us, perf):
+    return Measurement([t_us, t_us * 1.01, t_us * 0.99], stop_reason="precision", protocol={"perf_config": perf})
+
+
+def test_winners_view_and_tsv_round_trip(db_url, tmp_path):
+    store = Store(db_url)
+    sid = _session(store)
+    jobs = store.enqueue(sid, _configs(3))
+    for i, (jid, _) in enumerate(store.claim([sid], worker="w", limit=3)):
+        tuning = [_m(50.0 + i, {"tile": 64}), _m(30.0 + i, {"tile": 128}), _m(40.0 + i, {"tile": 256})]
+        assert store.complete(jid, _m(31.0 + i, {"tile": 128}), worker="w", candidates=tuning)
+    w = winners(store, sid)
+    assert len(w) == 3 and w["perf_config"].tolist() == ['{"tile":128}'] * 3
+    assert w["kernel_time_us"].round(6).tolist() == [30.0, 31.0, 32.0]
+    assert len(store.frame(sid, role="tuning")) == 9  # every measurement is kept, winners or not
+
+    path = tmp_path / "winners.tsv"
+    assert export_tsv(store, path, sid) == 3
+    lines = path.read_text().splitlines()
+    assert lines[0] == "# calib winners v1" and lines[1].split("\t")[0] == "arch" and lines[2].startswith("sim\t132\t")
+    other = Store(sqlite_url(tmp_path / "other.sqlite"))
+    assert import_tsv(other, path) == 3
+    got = winners(other)
+    assert got["config"].tolist() == w["config"].tolist() and got["kernel_time_us"].round(6).tolist() == [30.0, 31.0, 32.0]
+    bad = tmp_path / "bad.tsv"
+    bad.write_text(lines[0] + "\n" + lines[1] + "\nsim\t132\tX\t{not json}\t{}\t1.0\n")
+    with pytest.raises(StoreError, match="line 3"):
+        import_tsv(other, bad)
