@@ -98,6 +98,9 @@ class Measurement:
     protocol: dict = field(default_factory=dict)
     clocks: dict = field(default_factory=dict)
     simulated: bool = False
+    # Measurements of the other perf-configs tried before this one was chosen: the results store
+    # keeps them too ("tuning" results), so winners can be recomputed and losers studied.
+    candidates: list = field(default_factory=list, repr=False)
 
     def __post_init__(self):
         self.samples_us = np.asarray(self.samples_us, dtype=float)

@@ -109,7 +109,7 @@ class Worker:
                 stats.errors.append(message)
                 self.store.fail(job_id, message, worker=self.name, max_retries=self.max_retries)
             elif self.store.complete(job_id, outcome, worker=self.name,
-                                     candidates=getattr(outcome, "candidates", ())):
+                                     candidates=outcome.candidates):
                 stats.completed += 1
             else:
                 stats.lost += 1

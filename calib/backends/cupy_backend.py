@@ -224,18 +224,19 @@ class CupyBackend(Backend):
         return Measurement(np.asarray(samples), stop_reason=reason, protocol=protocol,
                            clocks=merge_readings(readings))
 
-    def _tune(self, kind: str, width: int, size_bytes: int, src, dst) -> dict:
-        """Fastest launch configuration for this kernel variant, by median of a few samples."""
+    def _tune(self, kind: str, width: int, size_bytes: int, src, dst) -> tuple[dict, list[Measurement]]:
+        """Fastest launch configuration for this kernel variant, by median of a few samples; and
+        the candidates' measurements when the search ran now (empty when it was cached)."""
         key = (kind, width)
+        tried = []
         if key not in self._perf:
             quick = StoppingRule(min_samples=TUNE_SAMPLES, max_samples=TUNE_SAMPLES, batch=TUNE_SAMPLES)
-            best = None
             for perf in self.perf_configs(kind):
-                m = self.time_launches(self._launcher(kind, width, perf, size_bytes, src, dst), rule=quick)
-                if best is None or m.median_us < best[0]:
-                    best = (m.median_us, perf)
-            self._perf[key] = {**best[1], "tuned_at_bytes": size_bytes}
-        return self._perf[key]
+                tried.append(self.time_launches(self._launcher(kind, width, perf, size_bytes, src, dst), rule=quick,
+                                                perf_config=perf))
+            best = min(tried, key=lambda m: m.median_us)
+            self._perf[key] = {**best.protocol["perf_config"], "tuned_at_bytes": size_bytes}
+        return self._perf[key], tried
 
     # -- the backend interface ----------------------------------------------------------------
     def measure(self, configs: list[dict]) -> list[Measurement | Exception]:
@@ -261,9 +262,11 @@ class CupyBackend(Backend):
         if not self._verified:
             self.verify_kernels()
         src, dst = self._ensure_buffers(size)
-        perf = self._tune(kind, width, size, src, dst)
+        perf, tried = self._tune(kind, width, size, src, dst)
         launch = self._launcher(kind, width, perf, size, src, dst)
-        return self.time_launches(launch, perf_config=perf)
+        measurement = self.time_launches(launch, perf_config=perf)
+        measurement.candidates = tried
+        return measurement
 
     def measure_memcpy(self, size_bytes: int) -> Measurement:
         """``cudaMemcpyAsync`` device to device, timed like the kernels: the copy ceiling."""
