@@ -14,8 +14,10 @@ python3 -m calib sweep --backend cupy --label fleet-x2 --suite quick --wait --no
 sweep=$!
 for i in $(seq 60); do python3 -m calib status 2>/dev/null | grep -q fleet-x2 && break; sleep 1; done
 CUDA_VISIBLE_DEVICES=0 python3 -m calib worker --backend cupy --exit-when-empty --lease-timeout-s 120 &
+w0=$!
 CUDA_VISIBLE_DEVICES=1 python3 -m calib worker --backend cupy --exit-when-empty --lease-timeout-s 120 &
-wait
+w1=$!
+wait $sweep $w0 $w1  # not a bare wait: that would also wait for the tee above
 python3 -m calib status
 python3 - <<'PY'
 import sqlite3
