@@ -87,6 +87,14 @@ class LinearTimeFit:
         return _record(value, (lo / scale, hi / scale), unit, self, flags, source,
                        ci_method="inverted slope CI" if self.slope_ci95[0] > 0 else "delta method")
 
+    def slope_record(self, unit: str = "us", *, source: str | None = None) -> dict:
+        """A profile record for the slope itself: a cost per unit of x (per launch, per node)."""
+        flags = list(self.flags)
+        rel = (self.slope_ci95[1] - self.slope_ci95[0]) / 2 / abs(self.slope_us) if self.slope_us else float("inf")
+        if rel > MAX_REL_CI_HALFWIDTH:
+            flags.append(f"wide CI: ±{rel:.1%}")
+        return _record(self.slope_us, self.slope_ci95, unit, self, flags, source, ci_method="slope CI")
+
     def intercept_record(self, unit: str = "us", *, source: str | None = None) -> dict:
         flags = list(self.flags)
         if self.intercept_ci95[1] < 0:

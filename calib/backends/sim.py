@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..experiments import dram
+from ..experiments import compute, dram, launch, registers, splitk
 from ..fingerprint import software_fingerprint
 from ..timing import Measurement, StoppingRule
 from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
@@ -37,7 +37,7 @@ from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
 DEFAULT_DEVICE = {"sm_count": 132, "l2_bytes": 60 * 2**20, "memory_bytes": 143771 * 2**20}
 DEFAULT_NOISE = {"rel_sd": 0.01, "outlier_rate": 0.01, "outlier_scale": 1.0, "seed": 0}
 # One entry per experiment module: its true-time model and its H200-like defaults.
-MODELS = {dram.EXPERIMENT: dram}
+MODELS = {m.EXPERIMENT: m for m in (dram, launch, splitk, compute)}
 
 
 class SimSpecError(ValueError):
@@ -70,7 +70,7 @@ def load_spec(spec: str | Path | dict | None) -> dict:
         if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
             raise SimSpecError(f"spec parameter {name!r} must be a positive number, got {value!r}")
     truth = {}
-    for module in MODELS.values():
+    for module in (*MODELS.values(), registers):
         truth.update(module.default_truth(params))
     noise = {**DEFAULT_NOISE, **(raw.get("noise") or {})}
     if not 0 <= noise["outlier_rate"] < 0.5:
@@ -131,9 +131,14 @@ class SimBackend(Backend):
             by_experiment.setdefault(c.get("experiment"), []).append(i)
         for experiment, idx in by_experiment.items():
             module = MODELS[experiment]
-            frame = {k: [configs[i][k] for i in idx] for k in configs[idx[0]]}
+            keys = {k for i in idx for k in configs[i]}
+            frame = {k: [configs[i].get(k) for i in idx] for k in keys}
             out[idx] = module.true_time_us(frame, self.truth)
         return out
+
+    def compile_report(self, buffered: list[int]) -> list[dict]:
+        """Registers and spills of the persistent kernel at each N, as a compiler would report."""
+        return registers.simulate(buffered, self.truth, self.rng)
 
     def measure(self, configs: list[dict]) -> list[Measurement | Exception]:
         results: list[Measurement | Exception] = [None] * len(configs)  # type: ignore[list-item]

@@ -53,7 +53,8 @@ def sizes(suite: str, l2_bytes: int, memory_bytes: int) -> list[int]:
     return sorted({int(round(v / mib)) * mib for v in grid})
 
 
-def plan(suite: str, *, l2_bytes: int, memory_bytes: int, size_list=None, kinds=KINDS, widths=WIDTHS) -> list[dict]:
+def plan(suite: str, *, l2_bytes: int, memory_bytes: int, size_list=None, kinds=KINDS, widths=WIDTHS,
+         **_) -> list[dict]:
     """The configs of one sweep, ordered so that a partial sweep already covers every group."""
     size_list = list(size_list) if size_list is not None else sizes(suite, l2_bytes, memory_bytes)
     return [{"experiment": EXPERIMENT, "kind": k, "width_bytes": int(w), "size_bytes": int(s)}

@@ -1,0 +1,79 @@
+"""Launch costs: host submit per launch, launch + completion latency, per-node cost in a graph.
+
+Three sweeps, three linear models:
+- ``overhead``: host wall time to submit N empty kernels back to back (no synchronization in
+  between), ``t = t0 + N * launch.overhead_us``. This is the cost of a launch *from Python through
+  CuPy*; a C++ runtime pays less, and the profile says which path was measured (method).
+- ``latency``: host wall time of one launch + synchronize of a kernel spinning W dependent FMAs,
+  ``t = launch.latency_us + W * c``: the intercept is the round trip of an empty kernel.
+- ``graph``: event-timed replay of a CUDA graph of N empty kernels, ``t = t0 + N * launch.graph_node_us``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..fit import fit_linear_time
+
+EXPERIMENT = "launch"
+OVERHEAD, LATENCY, GRAPH_NODE = "launch.overhead_us", "launch.latency_us", "launch.graph_node_us"
+# Nuisance parameters of the simulated device (not profile parameters).
+SIM_DEFAULTS = {"sim.launch.submit_base_us": 3.0, "sim.launch.spin_ns_per_iter": 4.0, "sim.launch.graph_base_us": 2.5}
+
+SUITES = {
+    "quick": {"overhead": [16, 32, 64, 96, 128, 192, 256], "latency": [0, 2000, 5000, 10000, 20000, 40000],
+              "graph": [8, 16, 32, 64, 96, 128, 192]},
+    "full": {"overhead": [8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256],
+             "latency": [0, 1000, 2000, 5000, 10000, 15000, 20000, 30000, 40000, 60000],
+             "graph": [4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256]},
+}
+
+
+def plan(suite: str, **_) -> list[dict]:
+    grid = SUITES[suite]
+    return ([{"experiment": EXPERIMENT, "kind": "overhead", "count": n} for n in grid["overhead"]]
+            + [{"experiment": EXPERIMENT, "kind": "latency", "spin_iters": w} for w in grid["latency"]]
+            + [{"experiment": EXPERIMENT, "kind": "graph", "count": n} for n in grid["graph"]])
+
+
+def footprint_bytes(config: dict) -> int:
+    return 4096
+
+
+def work(config: dict) -> float:
+    return float(config["spin_iters"] if config["kind"] == "latency" else config["count"])
+
+
+def default_truth(base: dict | None = None) -> dict:
+    truth = {OVERHEAD: 6.0, LATENCY: 9.0, GRAPH_NODE: 1.1, **SIM_DEFAULTS}
+    truth.update({k: v for k, v in (base or {}).items() if k in truth})
+    return truth
+
+
+def true_time_us(frame, truth: dict) -> np.ndarray:
+    out = []
+    for kind, count, spin in zip(frame["kind"], frame.get("count", [None] * len(frame["kind"])),
+                                 frame.get("spin_iters", [None] * len(frame["kind"]))):
+        if kind == "overhead":
+            out.append(truth["sim.launch.submit_base_us"] + count * truth[OVERHEAD])
+        elif kind == "latency":
+            out.append(truth[LATENCY] + spin * truth["sim.launch.spin_ns_per_iter"] * 1e-3)
+        else:
+            out.append(truth["sim.launch.graph_base_us"] + count * truth[GRAPH_NODE])
+    return np.asarray(out, dtype=float)
+
+
+def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
+    frame = frame[frame["experiment"] == EXPERIMENT]
+    records, fits = {}, {}
+    for kind, name, part in (("overhead", OVERHEAD, "slope"), ("latency", LATENCY, "intercept"),
+                             ("graph", GRAPH_NODE, "slope")):
+        g = frame[frame["kind"] == kind]
+        if len(g) < 3:
+            continue
+        x = g["spin_iters" if kind == "latency" else "count"].to_numpy(dtype=float)
+        f = fit_linear_time(x, g["time_us"].to_numpy(), n_samples=g["n_samples"].to_numpy(),
+                            se_us=g["se_us"].to_numpy() if "se_us" in g else None, robust=robust)
+        fits[name] = f
+        records[name] = f.slope_record("us", source=source) if part == "slope" else f.intercept_record("us", source=source)
+    return records, fits
