@@ -14,7 +14,7 @@ python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tee $OUT/pytest-gpu.txt
 [ -n "${EXPLORE:-}" ] && python3 bench/copy_explore.py 2>&1 | tee $OUT/copy-explore.txt
 for suite in "${@:-quick}"; do
   work=/tmp/bench-$suite
-  python3 bench/dram_vs_memcpy.py --out $work --suite "$suite" 2>&1 | tee $OUT/bench-$suite.log
+  python3 bench/ceilings.py --out $work --suite "$suite" 2>&1 | tee $OUT/bench-$suite.log
   cp $work/bench-dram.md $OUT/bench-$suite.md; cp $work/bench-dram.json $OUT/bench-$suite.json
   (cd $work && tar czf $OUT/run-$suite.tgz run profile.json)
 done

@@ -102,6 +102,21 @@ class LinearTimeFit:
         return _record(self.intercept_us, self.intercept_ci95, unit, self, flags, source,
                        ci_method="intercept CI")
 
+    def plot_line(self, *, title: str = "", x_label: str = "x", x_scale: float = 1.0, ax=None):
+        """The measured times against the work, with the fitted line: the model at a glance."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            fig, ax = plt.subplots(figsize=(6, 3.6), constrained_layout=True)
+        else:
+            fig = ax.figure
+        order = np.argsort(self.x)
+        ax.plot(self.x / x_scale, self.t_us, "o", ms=4, label="measured")
+        ax.plot(self.x[order] / x_scale, self.fitted_us[order], "-", lw=1, label="fit")
+        ax.set(xlabel=x_label, ylabel="time (us)", title=title)
+        ax.legend(fontsize=8)
+        return fig
+
     def plot_residuals(self, *, title: str = "", x_label: str = "x", x_scale: float = 1.0, axes=None):
         """Standardized residuals against fitted time and against x, and a normal Q-Q plot."""
         import matplotlib.pyplot as plt

@@ -19,10 +19,9 @@ from .backends import resolve_backend_name
 from .calibration import SIMULATED_BANNER, read_fragment
 from .profile import ProfileError, merge_into, user_profiles_dir, utc_now
 
-SUITES = {
-    "quick": ["memory_bandwidth"],
-    "full": ["memory_bandwidth"],
-}
+# Every suite runs every notebook; the suite picks each notebook's grid (passed as `suite`).
+NOTEBOOKS = ["memory_bandwidth", "launch_latency", "matmul_splitk", "compute_throughput", "registers"]
+SUITES = {"quick": NOTEBOOKS, "full": NOTEBOOKS}
 
 
 class RunError(RuntimeError):

@@ -58,3 +58,22 @@ def test_short_sweep_fits_with_narrow_ci(backend, tmp_path):
     rec = records["memory.dram.read_bandwidth_gbps"]
     assert rec["ci95"][0] < rec["value"] < rec["ci95"][1]
     assert np.isfinite(rec["value"])
+
+
+@pytest.mark.parametrize("config", [
+    {"experiment": "launch", "kind": "overhead", "count": 32},
+    {"experiment": "launch", "kind": "latency", "spin_iters": 1000},
+    {"experiment": "launch", "kind": "graph", "count": 16},
+    {"experiment": "splitk", "mn": 1 << 22, "splits": 4},
+    {"experiment": "fma", "dtype": "fp32", "iters": 512, "threads": 132 * 2048, "ilp": 8},
+], ids=["overhead", "latency", "graph", "splitk", "fma"])
+def test_other_calibrations_measure(backend, config):
+    [m] = backend.measure([config])
+    assert not isinstance(m, Exception), m
+    assert m.n >= backend.rule.min_samples and 0 < m.median_us < 1e6
+
+
+def test_register_report_grows_with_the_buffer(backend):
+    report = backend.compile_report([4, 64, 128])
+    regs = [r["registers"] for r in report]
+    assert regs[0] < regs[1] < regs[2] <= 255

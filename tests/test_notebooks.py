@@ -53,6 +53,9 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
     assert lo < rec["value"] < hi and rec["source"] == "notebooks/memory_bandwidth.ipynb"
     assert abs(rec["value"] / 310.0 - 1) < 0.1  # the spec's planted truth, within noise
     assert "memory.dram.fixed_cost_us" in doc["params"]
+    for name, truth in {"launch.overhead_us": 12.0, "matmul.splitk.elements_reduced_per_second": 7.5e10,
+                        "compute.fp32.fma_tflops": 4.8, "normalization.additional_registers": 22.0}.items():
+        assert abs(doc["params"][name]["value"] / truth - 1) < 0.15, name  # every notebook of the suite ran
 
     # every file the run wrote says it is simulated
     executed = nbformat.read(run_dir / "memory_bandwidth.ipynb", as_version=4)
@@ -68,7 +71,8 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
 
     # the same run folder again: nothing is re-measured
     again = subprocess.run([sys.executable, "-m", "calib", "run", "--sim-spec", str(spec), "--run-dir", str(run_dir),
-                            "--profile", str(profile), "--no-progress"], capture_output=True, text=True, timeout=600)
+                            "--profile", str(profile), "--no-progress", "--notebook", "memory_bandwidth"],
+                           capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     executed = nbformat.read(run_dir / "memory_bandwidth.ipynb", as_version=4)
     text = "".join(str(o.get("text", "")) for c in executed.cells if c.cell_type == "code" for o in c.outputs)
@@ -105,7 +109,7 @@ def test_a_calibration_killed_half_way_resumes_without_remeasuring(tmp_path):
 
     def calib_run(run_dir, profile, **popen):
         cmd = [sys.executable, "-m", "calib", "run", "--backend", "sim", "--sim-spec", str(spec), "--run-dir",
-               str(run_dir), "--profile", str(profile), "--no-progress"]
+               str(run_dir), "--profile", str(profile), "--no-progress", "--notebook", "memory_bandwidth"]
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
     def results():

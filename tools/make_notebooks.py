@@ -90,7 +90,148 @@ print("wrote", fragment)"""),
 ]
 
 
-NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH}
+COMMON_PARAMETERS = '''backend = "auto"        # "auto": the GPU where there is one, else the simulated device
+wait_for_workers = False # leave the measuring to `calib worker` processes (a fleet's shared database)
+device = 0               # CUDA device index
+sim_spec = None          # JSON spec of the simulated device (None: H200-like defaults)
+suite = "quick"          # "quick" or "full" grid
+rel_precision = 0.005    # stop repeating a point when its median is known to ±0.5% ...
+budget_s = 0.5           # ... or after this much kernel time
+max_samples = 400
+robust = False           # Huber M-estimate instead of weighted least squares
+output_dir = "."
+db = None                # results database URL (None: $CALIB_DB_URL, else results.sqlite in output_dir)
+label = None             # session label; the same label resumes a killed sweep
+seed = None              # noise seed of the simulated device'''
+
+SETUP = '''from calib.calibration import Calibration
+from calib.experiments import {module}
+from calib.report import parameter_frame
+from calib.timing import StoppingRule
+
+cal = Calibration(backend=backend, sim_spec=sim_spec, device=device, db=db, output_dir=output_dir, label=label,
+                  rule=StoppingRule(rel_precision=rel_precision, budget_s=budget_s, max_samples=max_samples),
+                  seed=seed)
+print(cal.banner())'''
+
+SWEEP = '''device_fp, _ = cal.backend.fingerprint()
+configs = {module}.plan(suite, l2_bytes=cal.backend.l2_bytes, memory_bytes=cal.backend.memory_bytes,
+                        sm_count=device_fp.get("sm_count", 132))
+frame, report = cal.sweep(configs, desc="{name}", wait_for_workers=wait_for_workers)
+print(report)
+frame.to_parquet(cal.output_dir / "{name}.parquet")
+frame.head()'''
+
+FIT = '''records, fits = {module}.fit(frame, robust=robust, source="notebooks/{name}.ipynb")
+parameter_frame(records)'''
+
+PLOT = '''f = fits.get("{param}")
+if f is not None:
+    cal.save_figure(f.plot_line(title=cal.title("{param}"), x_label="{x_label}", x_scale={x_scale}), "line-{slug}")
+    cal.save_figure(f.plot_residuals(title=cal.title("{param}"), x_label="{x_label}", x_scale={x_scale}),
+                    "residuals-{slug}")'''
+
+FINISH = '''flagged = {{n: r["flags"] for n, r in records.items() if r.get("flags")}}
+print("fits flagged:" if flagged else "no fit flagged.")
+for n, fl in flagged.items():
+    print(f"  {{n}}: {{'; '.join(fl)}}")
+if cal.simulated:
+    print("(SIMULATED DEVICE: these values are the spec's planted truth plus noise.)")
+fragment = cal.write_fragment(records, source="notebooks/{name}.ipynb")
+print("wrote", fragment)'''
+
+
+def timed_notebook(name, module, title, intro, lines, reading):
+    """A timed calibration: sweep, fit, the line and its residuals per parameter, reading, fragment.
+    ``lines``: (parameter, x label, x scale) for each fitted parameter."""
+    plots = "\n".join(PLOT.format(param=p, x_label=xl, x_scale=xs, slug=p.replace(".", "_")) for p, xl, xs in lines)
+    return [
+        new_markdown_cell(f"# {title}\n\n{intro}\n\nRun headless with `calib run`, or here: change the parameters "
+                          "cell and run all."),
+        new_code_cell(COMMON_PARAMETERS, metadata={"tags": ["parameters"]}),
+        new_code_cell(SETUP.format(module=module)),
+        new_markdown_cell("## Sweep\nEvery point is a job in the results store; a re-run with the same `label` "
+                          "measures only what is missing."),
+        new_code_cell(SWEEP.format(module=module, name=name)),
+        new_markdown_cell("## Fit"),
+        new_code_cell(FIT.format(module=module, name=name)),
+        new_markdown_cell("## The model, and its residuals\nA good fit leaves residuals without a pattern; a poor "
+                          "one is flagged in the parameter's record, not hidden."),
+        new_code_cell(plots),
+        new_markdown_cell(f"## Reading\n\n{reading}"),
+        new_code_cell(FINISH.format(name=name)),
+    ]
+
+
+LAUNCH_LATENCY = timed_notebook(
+    "launch_latency", "launch", "Launch costs",
+    "Host cost to submit a kernel (N back-to-back launches from Python through CuPy, host clock), the "
+    "round trip of an empty kernel (intercept of launch + synchronize against the kernel's own work), "
+    "and the cost of one kernel node in a CUDA-graph replay (event-timed replays of graphs of N nodes).",
+    [("launch.overhead_us", "launches", 1), ("launch.latency_us", "spin iterations", 1),
+     ("launch.graph_node_us", "graph nodes", 1)],
+    "`launch.overhead_us` is what a Python heuristic pays per launch through CuPy; a C++ runtime pays "
+    "less. When `launch.graph_node_us` is well under `launch.overhead_us`, many small kernels are worth a graph.")
+
+MATMUL_SPLITK = timed_notebook(
+    "matmul_splitk", "splitk", "Split-K reduction rate",
+    "Sums S partial M×N fp32 tiles into one, over split factors S at a fixed tile, and fits "
+    "`t = t0 + S·M·N / rate`: `matmul.splitk.elements_reduced_per_second`.",
+    [("matmul.splitk.elements_reduced_per_second", "elements reduced (millions)", 1e6)],
+    "A split-K heuristic weighs the extra reduction, `(S−1)·M·N / rate`, against the parallelism S "
+    "buys; the reduction is memory-bound, so the rate is close to DRAM read bandwidth over 4 bytes.")
+
+COMPUTE_THROUGHPUT = timed_notebook(
+    "compute_throughput", "compute", "FP32 FMA throughput",
+    "Eight independent FMA chains per thread over 2048 threads per SM, over iteration counts; "
+    "`t = t0 + flops / rate` gives `compute.fp32.fma_tflops` (an FMA counts two flops).",
+    [("compute.fp32.fma_tflops", "GFLOP", 1e9)],
+    "Compare with the peak from the SM count and the SM clock (`bench/`): a kernel whose arithmetic "
+    "intensity puts it above DRAM bandwidth over this rate is compute-bound.")
+
+REGISTERS = [
+    new_markdown_cell("""# Registers of a persistent normalization kernel
+
+Compiles a persistent softmax that keeps N fp32 elements per thread in registers, for N over a
+grid, and reads the compiler's register count and spill bytes from the kernel attributes.
+`regs = additional + slope · N` over the unspilled points gives `normalization.additional_registers`
+(the constant heuristics hard-code as "register overhead"); the largest N compiled without spills is
+`normalization.max_persistent_elements_per_thread`. No timing: the numbers are the compiler's."""),
+    new_code_cell('''backend = "auto"
+wait_for_workers = False  # accepted for symmetry with the timed notebooks: compiling needs no worker
+device = 0
+sim_spec = None
+suite = "quick"
+output_dir = "."
+db = None
+label = None
+seed = None''', metadata={"tags": ["parameters"]}),
+    new_code_cell('''import pandas as pd
+from calib.calibration import Calibration
+from calib.experiments import registers
+from calib.report import parameter_frame
+
+cal = Calibration(backend=backend, sim_spec=sim_spec, device=device, db=db, output_dir=output_dir, label=label,
+                  seed=seed)
+print(cal.banner())
+reports = cal.backend.compile_report(registers.plan(suite))
+table = pd.DataFrame(reports)
+table["simulated"] = cal.simulated
+table.to_parquet(cal.output_dir / "registers.parquet")
+records, line = registers.fit(reports, source="notebooks/registers.ipynb")
+parameter_frame(records)'''),
+    new_code_cell('''fig = registers.plot(table, records, title=cal.title("registers against buffered elements"))
+cal.save_figure(fig, "registers")'''),
+    new_markdown_cell("""## Reading
+
+A heuristic that sizes a persistent buffer checks `additional + N ≤ register budget per thread`
+(65536 / threads per block, at most 255); past `max_persistent_elements_per_thread` the compiler
+spills to local memory and the persistent schedule loses its point."""),
+    new_code_cell(FINISH.format(name="registers")),
+]
+
+NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH, "launch_latency": LAUNCH_LATENCY, "matmul_splitk": MATMUL_SPLITK,
+             "compute_throughput": COMPUTE_THROUGHPUT, "registers": REGISTERS}
 
 
 def write(name: str, cells):

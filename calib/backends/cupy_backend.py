@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from .._optional import require
-from ..experiments import dram
+from ..experiments import compute, dram, launch, splitk
+from . import cupy_runners
 from ..fingerprint import software_fingerprint
 from ..nvml import ClockReader, merge_readings
 from ..timing import Measurement, StoppingRule
@@ -154,16 +155,9 @@ class CupyBackend(Backend):
         cp = self.cp
         if self._buffer_size == size_bytes:
             return self._buffers["src"], self._buffers["dst"]
-        self._buffers.clear()
-        self._buffer_size = None
-        cp.get_default_memory_pool().free_all_blocks()
-        need = 2 * ROTATION * size_bytes
-        free, _ = cp.cuda.runtime.memGetInfo()
-        if need > FREE_MEMORY_MARGIN * free:
-            raise DeviceOutOfMemory(f"needs {need / 2**30:.1f} GiB of device memory for {ROTATION} source and "
-                                    f"destination buffers; {free / 2**30:.1f} GiB is free")
-        if self._sink is None:
-            self._sink = cp.zeros(1024, dtype=cp.uint32)
+        self.release_buffers()
+        self.check_free(2 * ROTATION * size_bytes)
+        self.sink()
         with self.device:
             src = [cp.random.random(size_bytes // 4, dtype=cp.float32).view(cp.uint8) for _ in range(ROTATION)]
             dst = [cp.empty(size_bytes, dtype=cp.uint8) for _ in range(ROTATION)]
@@ -238,6 +232,38 @@ class CupyBackend(Backend):
             self._perf[key] = {**best.protocol["perf_config"], "tuned_at_bytes": size_bytes}
         return self._perf[key], tried
 
+    def time_host(self, sample, *, rule: StoppingRule | None = None, perf_config=None) -> Measurement:
+        """Host-clock samples of ``sample()`` (which returns microseconds) until the rule is met."""
+        rule = rule or self.rule
+        for _ in range(WARMUP_LAUNCHES):
+            sample()
+        samples: list[float] = []
+        reason = None
+        while reason is None:
+            samples.extend(sample() for _ in range(rule.batch))
+            reason = rule.stop_reason(np.asarray(samples))
+        protocol = {"timer": "host clock", "warmup_launches": WARMUP_LAUNCHES, "rule": rule.to_dict(),
+                    "perf_config": perf_config or {}}
+        return Measurement(np.asarray(samples), stop_reason=reason, protocol=protocol, clocks=merge_readings([self.clocks.read()]))
+
+    def sink(self):
+        if self._sink is None:
+            self._sink = self.cp.zeros(1024, dtype=self.cp.uint32)
+        return self._sink
+
+    def release_buffers(self):
+        self._buffers.clear()
+        self._buffer_size = None
+        self.cp.get_default_memory_pool().free_all_blocks()
+
+    def check_free(self, need: int):
+        free, _ = self.cp.cuda.runtime.memGetInfo()
+        if need > FREE_MEMORY_MARGIN * free:
+            raise DeviceOutOfMemory(f"needs {need / 2**30:.1f} GiB of device memory; {free / 2**30:.1f} GiB is free")
+
+    def compile_report(self, buffered: list[int]) -> list[dict]:
+        return cupy_runners.compile_report(self, buffered)
+
     # -- the backend interface ----------------------------------------------------------------
     def measure(self, configs: list[dict]) -> list[Measurement | Exception]:
         out = []
@@ -247,13 +273,15 @@ class CupyBackend(Backend):
             except (DeviceOutOfMemory, UnsupportedConfig) as exc:
                 out.append(exc)
             except self.cp.cuda.memory.OutOfMemoryError as exc:
-                self._buffers.clear()
-                self._buffer_size = None
-                self.cp.get_default_memory_pool().free_all_blocks()
+                self.release_buffers()
                 out.append(DeviceOutOfMemory(str(exc)))
         return out
 
     def _measure_one(self, config: dict) -> Measurement:
+        runner = {launch.EXPERIMENT: cupy_runners.launch, splitk.EXPERIMENT: cupy_runners.splitk,
+                  compute.EXPERIMENT: cupy_runners.fma}.get(config.get("experiment"))
+        if runner is not None:
+            return runner(self, config)
         if config.get("experiment") != dram.EXPERIMENT:
             raise UnsupportedConfig(f"the cupy backend has no kernel for {config.get('experiment')!r}")
         kind, width, size = config["kind"], int(config["width_bytes"]), int(config["size_bytes"])
@@ -281,9 +309,7 @@ class CupyBackend(Backend):
         return self.time_launches(launch, perf_config={"api": "cudaMemcpyAsync D2D"})
 
     def close(self):
-        self._buffers.clear()
-        self._buffer_size = None
         try:
-            self.cp.get_default_memory_pool().free_all_blocks()
+            self.release_buffers()
         except Exception:
             pass

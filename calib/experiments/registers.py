@@ -82,3 +82,24 @@ def fit(reports: list[dict], *, source: str | None = None) -> tuple[dict, object
         for rec in records.values():
             rec["source"] = source
     return records, res
+
+
+def plot(table, records: dict, *, title: str):
+    """Registers against N, spilled points marked, the fitted line over the clean ones."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8), constrained_layout=True)
+    clean = table[table["spill_bytes"] == 0]
+    spilled = table[table["spill_bytes"] > 0]
+    ax.plot(clean["buffered"], clean["registers"], "o", ms=4, label="no spill")
+    if len(spilled):
+        ax.plot(spilled["buffered"], spilled["registers"], "x", color="crimson", label="spills")
+    rec = records.get(ADDITIONAL)
+    if rec:
+        n = np.asarray(table["buffered"], dtype=float)
+        slope = rec["diagnostics"]["registers_per_element"]
+        ax.plot(n, rec["value"] + slope * n, "-", lw=1, label=f"{rec['value']:.1f} + {slope:.2f}·N")
+    ax.axhline(REGISTER_CAP, color="k", ls=":", lw=0.8)
+    ax.set(xlabel="elements buffered per thread (N)", ylabel="registers per thread", title=title)
+    ax.legend(fontsize=8)
+    return fig

@@ -1,16 +1,19 @@
-"""Benchmark: does `calib run` measure DRAM bandwidth as well as the best the GPU can do?
+"""Benchmark: does `calib run` measure what the GPU can do? calib's parameters beside
+independent ceilings measured in the same run.
 
 In one process, on a real GPU:
-1. runs `calib run` (papermill, the real notebook) and times it;
-2. measures the copy ceiling, `cudaMemcpyAsync` device to device, over the same sizes and fits it
-   with the same model (t = t0 + bytes/BW, bytes read + written), so both sides are asymptotic;
-3. prints calib's parameters beside the ceiling and a published reference, with the ratios.
+1. runs `calib run` (papermill, the real notebooks) and times it;
+2. measures the copy ceiling, `cudaMemcpyAsync` device to device, over the DRAM sweep's sizes and
+   fits it with the same model (t = t0 + bytes/BW, bytes read + written), so both are asymptotic;
+3. derives the FP32 peak from the SM count, 128 FP32 lanes per SM (Hopper) and the SM clock NVML
+   read while the FMA sweep ran;
+4. prints the parameters beside the ceilings and a published reference, with the ratios.
 
-    python bench/dram_vs_memcpy.py --out DIR [--suite quick|full]
+    python bench/ceilings.py --out DIR [--suite quick|full]
 
 Writes DIR/bench-dram.md (the table) and DIR/bench-dram.json. The committed results live in
-bench/results/. Targets (issue 2): copy >= 0.98 x memcpy; read within the published range
-(BabelStream's Dot reaches 4.48 TB/s on an H200).
+bench/results/. Targets: copy >= 0.98 x memcpy; read within the published range (BabelStream's
+Dot reaches 4.48 TB/s on an H200); FP32 FMA >= 0.9 x the clock-derived peak.
 """
 
 from __future__ import annotations
@@ -64,12 +67,13 @@ def main(argv=None) -> int:
     def row(name, ref_name, ref, target, meets):
         rec = params.get(name)
         if rec is None:
-            return (name, "missing", "", ref_name, f"{ref:.0f}", "", target, "FAIL")
+            return (name, "missing", "", ref_name, f"{ref:.4g}", "", target, "FAIL")
         ratio = rec["value"] / ref
         half = (rec["ci95"][1] - rec["ci95"][0]) / 2 / rec["value"]
-        return (name, f"{rec['value']:.0f}", f"±{half:.2%}", ref_name, f"{ref:.0f}", f"{ratio:.3f}", target,
+        return (name, f"{rec['value']:.4g}", f"±{half:.2%}", ref_name, f"{ref:.4g}", f"{ratio:.3f}", target,
                 "pass" if meets(ratio) else "FAIL")
 
+    fp32_peak, clock_note = _fp32_peak(out / "run" / "results.sqlite", device)
     memcpy_name = "cudaMemcpyAsync D2D (same run, fitted)"
     rows = [
         row("memory.dram.copy_bandwidth_gbps", memcpy_name, memcpy["value"], "≥ 0.98", lambda r: r >= 0.98),
@@ -77,8 +81,11 @@ def main(argv=None) -> int:
             "0.9 to 1.1", lambda r: 0.9 <= r <= 1.1),
         row("memory.dram.write_bandwidth_gbps", memcpy_name, memcpy["value"], "≥ 0.9", lambda r: r >= 0.9),
     ]
-    head = ("parameter", "calib GB/s", "CI ±", "reference", "ref GB/s", "ratio", "target", "")
-    lines = [f"# DRAM bandwidth: calib vs. ceilings — {device['name']}, {dt.date.today().isoformat()}", "",
+    if fp32_peak:
+        rows.append(row("compute.fp32.fma_tflops", f"SMs × 128 × 2 × SM clock ({clock_note})", fp32_peak, "≥ 0.9",
+                        lambda r: r >= 0.9))
+    head = ("parameter", "calib", "CI ±", "reference", "reference value", "ratio", "target", "")
+    lines = [f"# calib vs. ceilings — {device['name']}, {dt.date.today().isoformat()}", "",
              f"driver {software.get('driver')}, CUDA runtime {software.get('cuda_runtime')}, CuPy {software.get('cupy')}, "
              f"calib {software.get('calib')}; suite `{args.suite}`; `calib run` wall time {wall_s:.1f} s "
              "(papermill and kernel start included).", "",
@@ -86,6 +93,8 @@ def main(argv=None) -> int:
              f"fixed cost {memcpy_fit.intercept_us:.2f} us, flags: {memcpy['flags'] or 'none'}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
+    if result.failed:
+        lines += ["", "Notebooks that failed: " + "; ".join(f"{nb}: {why}" for nb, why in result.failed)]
     lines += ["", "All calib parameters of this run:", "", "| parameter | value | 95% CI | flags |", "|---|---|---|---|"]
     for name in sorted(params):
         rec = params[name]
@@ -98,6 +107,24 @@ def main(argv=None) -> int:
                                                     indent=2, default=str))
     print(text)
     return 0 if all(r[-1] == "pass" for r in rows) else 1
+
+
+def _fp32_peak(db_path: Path, device: dict):
+    """Peak FP32 TFLOP/s from the SM clock NVML read during the FMA sweep (the lowest reading, so
+    the peak is the one the kernel could have reached), or None without clock readings."""
+    import sqlite3
+
+    if not db_path.exists():
+        return None, ""
+    with sqlite3.connect(db_path) as db:
+        rows = db.execute("SELECT r.clocks FROM result r JOIN config c ON c.id = r.config_id "
+                          "WHERE c.experiment = 'fma' AND r.role = 'measurement'").fetchall()
+    mhz = [json.loads(c).get("sm_mhz_min") for (c,) in rows]
+    mhz = [m for m in mhz if m]
+    if not mhz:
+        return None, ""
+    clock = min(mhz)
+    return device["sm_count"] * 128 * 2 * clock * 1e6 / 1e12, f"{clock} MHz, lowest NVML reading in the sweep"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,117 @@
+"""CuPy measurements of the launch, split-K and FMA calibrations, and the register report.
+
+Each runner takes the backend (for its stream, timing loops and buffers) and one config, and
+returns a Measurement; the DRAM runner lives in the backend itself because of its tuning.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..timing import Measurement
+from .base import UnsupportedConfig
+
+KERNELS = Path(__file__).resolve().parent.parent / "kernels"
+THREADS = 256
+
+
+def _small_module(b):
+    if "small" not in b._modules:
+        b._modules["small"] = b.cp.RawModule(code=(KERNELS / "small.cu").read_text(), options=("-std=c++17",),
+                                              name_expressions=["fma_chains<8>"])
+    return b._modules["small"]
+
+
+def launch(b, config: dict) -> Measurement:
+    cp, stream = b.cp, b.stream
+    mod = _small_module(b)
+    empty, spin = mod.get_function("empty_kernel"), mod.get_function("spin_kernel")
+    sink = b.sink()
+    kind = config["kind"]
+    if kind == "overhead":
+        n = int(config["count"])
+
+        def sample():
+            t0 = time.perf_counter()
+            for _ in range(n):
+                empty((1,), (32,), (), stream=stream)
+            t1 = time.perf_counter()
+            stream.synchronize()
+            return (t1 - t0) * 1e6
+
+        return b.time_host(sample, perf_config={"timer": "host perf_counter around N launches from Python/CuPy"})
+    if kind == "latency":
+        iters = np.int32(config["spin_iters"])
+
+        def sample():
+            t0 = time.perf_counter()
+            spin((1,), (32,), (sink, iters), stream=stream)
+            stream.synchronize()
+            return (time.perf_counter() - t0) * 1e6
+
+        return b.time_host(sample, perf_config={"timer": "host perf_counter around launch + synchronize"})
+    if kind == "graph":
+        n = int(config["count"])
+        try:
+            stream.begin_capture()
+            for _ in range(n):
+                empty((1,), (32,), (), stream=stream)
+            graph = stream.end_capture()
+        except Exception as exc:  # a CuPy or driver without stream capture
+            raise UnsupportedConfig(f"CUDA graph capture failed: {exc}") from None
+        return b.time_launches(lambda i: graph.launch(stream), perf_config={"timer": "cuda events around graph replay"})
+    raise UnsupportedConfig(f"no launch measurement {kind!r}")
+
+
+def splitk(b, config: dict) -> Measurement:
+    cp = b.cp
+    mn, splits = int(config["mn"]), int(config["splits"])
+    kernel = _small_module(b).get_function("splitk_reduce")
+    key = ("splitk", mn, splits)
+    if b._buffer_size != key:
+        b.release_buffers()
+        b.check_free(2 * 4 * mn * (splits + 1))
+        b._buffers.update(src=[cp.random.random(splits * mn, dtype=cp.float32) for _ in range(2)],
+                          dst=[cp.empty(mn, dtype=cp.float32) for _ in range(2)])
+        b._buffer_size = key
+    src, dst = b._buffers["src"], b._buffers["dst"]
+    grid, block = (b.sm_count * 8,), (THREADS,)
+    kernel(grid, block, (src[0], dst[0], np.uint64(mn), np.int32(splits)), stream=b.stream)
+    b.stream.synchronize()
+    ref = src[0].reshape(splits, mn).sum(axis=0)
+    err = float(cp.linalg.norm(dst[0] - ref) / cp.linalg.norm(ref))
+    if not err < 1e-5:
+        raise RuntimeError(f"splitk_reduce is wrong at S={splits}: relative error {err:.2e}")
+    return b.time_launches(lambda i: kernel(grid, block, (src[i % 2], dst[i % 2], np.uint64(mn), np.int32(splits)),
+                                            stream=b.stream),
+                           perf_config={"threads": THREADS, "blocks_per_sm": 8})
+
+
+def fma(b, config: dict) -> Measurement:
+    if config.get("ilp") != 8 or config.get("dtype") != "fp32":
+        raise UnsupportedConfig("the FMA kernel is compiled for fp32 with 8 chains")
+    kernel = _small_module(b).get_function("fma_chains<8>")
+    threads = int(config["threads"])
+    grid, block = ((threads + THREADS - 1) // THREADS,), (THREADS,)
+    args = (b.sink(), np.int32(config["iters"]), np.float32(0.999999), np.float32(1e-7))
+    return b.time_launches(lambda i: kernel(grid, block, args, stream=b.stream),
+                           perf_config={"threads": THREADS, "blocks": grid[0], "ilp": 8})
+
+
+def compile_report(b, buffered: list[int]) -> list[dict]:
+    """Registers and spill bytes of the persistent softmax for each N, from the compiled kernels."""
+    cp = b.cp
+    names = [f"persistent_softmax<{n}>" for n in buffered]
+    module = cp.RawModule(code=(KERNELS / "persistent.cu").read_text(), options=("-std=c++17",),
+                          name_expressions=names)
+    out = []
+    for n, name in zip(buffered, names):
+        fn = module.get_function(name)
+        attrs = getattr(fn, "attributes", None) or {
+            "num_regs": cp.cuda.driver.funcGetAttribute(4, fn.ptr),          # CU_FUNC_ATTRIBUTE_NUM_REGS
+            "local_size_bytes": cp.cuda.driver.funcGetAttribute(3, fn.ptr)}  # ..._LOCAL_SIZE_BYTES
+        out.append({"buffered": n, "registers": int(attrs["num_regs"]), "spill_bytes": int(attrs["local_size_bytes"])})
+    return out

@@ -1,0 +1,38 @@
+// Kernels of the launch, split-K and FP32 FMA calibrations.
+
+extern "C" __global__ void empty_kernel() {}
+
+// W dependent FMAs in one warp: a kernel whose run time is linear in W, for the launch latency.
+extern "C" __global__ void spin_kernel(float* __restrict__ sink, int iters) {
+    float a = threadIdx.x * 1e-3f;
+    for (int i = 0; i < iters; ++i) a = fmaf(a, 0.9999f, 1e-4f);
+    if (a == 12345.678f) sink[0] = a;
+}
+
+// Sum S partial M*N tiles (stored one after another) into one: the split-K epilogue.
+extern "C" __global__ void splitk_reduce(const float* __restrict__ partial, float* __restrict__ out,
+                                         unsigned long long mn, int splits) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < mn; i += stride) {
+        float acc = 0.0f;
+        for (int s = 0; s < splits; ++s) acc += partial[(unsigned long long)s * mn + i];
+        out[i] = acc;
+    }
+}
+
+// ILP independent FMA chains per thread, iters steps each: 2*ILP*iters flops per thread.
+template <int ILP>
+__global__ void fma_chains(float* __restrict__ sink, int iters, float a, float b) {
+    float x[ILP];
+#pragma unroll
+    for (int i = 0; i < ILP; ++i) x[i] = threadIdx.x * 1e-6f + i;
+#pragma unroll 4
+    for (int k = 0; k < iters; ++k) {
+#pragma unroll
+        for (int i = 0; i < ILP; ++i) x[i] = fmaf(x[i], a, b);
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ILP; ++i) s += x[i];
+    if (s == 12345.678f) sink[blockIdx.x] = s;
+}
