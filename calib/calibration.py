@@ -58,9 +58,10 @@ class Calibration:
                            wait_for_workers=wait_for_workers)
         experiments = {c["experiment"] for c in configs}
         frame = self.store.frame(self.session_id)
-        if not frame.empty:
-            frame = frame[frame["experiment"].isin(experiments)].reset_index(drop=True)
-        return frame, report
+        if frame.empty:
+            first = report.failed[0][1] if report.failed else "no point was measured"
+            raise RuntimeError(f"none of the {len(configs)} points of this sweep has a result; first error: {first}")
+        return frame[frame["experiment"].isin(experiments)].reset_index(drop=True), report
 
     def title(self, text: str) -> str:
         return f"{text} (SIMULATED DEVICE)" if self.simulated else f"{text} on {self.device.get('name')}"

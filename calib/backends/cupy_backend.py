@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .._optional import require
-from ..experiments import compute, dram, launch, splitk
+from ..experiments import compute, dram, launch as launch_costs, splitk
 from . import cupy_runners
 from ..fingerprint import software_fingerprint
 from ..nvml import ClockReader, merge_readings
@@ -278,7 +278,7 @@ class CupyBackend(Backend):
         return out
 
     def _measure_one(self, config: dict) -> Measurement:
-        runner = {launch.EXPERIMENT: cupy_runners.launch, splitk.EXPERIMENT: cupy_runners.splitk,
+        runner = {launch_costs.EXPERIMENT: cupy_runners.launch, splitk.EXPERIMENT: cupy_runners.splitk,
                   compute.EXPERIMENT: cupy_runners.fma}.get(config.get("experiment"))
         if runner is not None:
             return runner(self, config)
@@ -291,8 +291,7 @@ class CupyBackend(Backend):
             self.verify_kernels()
         src, dst = self._ensure_buffers(size)
         perf, tried = self._tune(kind, width, size, src, dst)
-        launch = self._launcher(kind, width, perf, size, src, dst)
-        measurement = self.time_launches(launch, perf_config=perf)
+        measurement = self.time_launches(self._launcher(kind, width, perf, size, src, dst), perf_config=perf)
         measurement.candidates = tried
         return measurement
 

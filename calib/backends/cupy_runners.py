@@ -61,6 +61,10 @@ def launch(b, config: dict) -> Measurement:
                 empty((1,), (32,), (), stream=stream)
             graph = stream.end_capture()
         except Exception as exc:  # a CuPy or driver without stream capture
+            try:
+                stream.end_capture()  # leave the stream usable for the points after this one
+            except Exception:
+                pass
             raise UnsupportedConfig(f"CUDA graph capture failed: {exc}") from None
         return b.time_launches(lambda i: graph.launch(stream), perf_config={"timer": "cuda events around graph replay"})
     raise UnsupportedConfig(f"no launch measurement {kind!r}")
