@@ -17,7 +17,7 @@ from pathlib import Path
 from . import fingerprint as fp
 from .backends import resolve_backend_name
 from .calibration import SIMULATED_BANNER, read_fragment
-from .profile import ProfileError, merge_into, user_profiles_dir, utc_now
+from .profile import merge_into, user_profiles_dir, utc_now
 
 # Every suite runs every notebook; the suite picks each notebook's grid (passed as `suite`).
 NOTEBOOKS = ["memory_bandwidth", "launch_latency", "matmul_splitk", "compute_throughput", "registers"]

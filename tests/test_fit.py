@@ -48,7 +48,6 @@ def test_a_knee_is_flagged_as_lack_of_fit_against_the_measurement_noise():
 
 
 def test_honest_noise_is_not_flagged_as_lack_of_fit():
-    rng = np.random.default_rng(9)
     flagged = 0
     for seed in range(200):
         t = _times(rel_sd=0.01, seed=seed)

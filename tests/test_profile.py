@@ -2,7 +2,6 @@
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import calib
-from calib.profile import (MissingParameterError, Parameter, ParameterWarning, Profile, ProfileError, ProfileWarning,
+from calib.profile import (MissingParameterError, ParameterWarning, Profile, ProfileError, ProfileWarning,
                            load_profile, merge_into, read_profile, write_profile)
 
 H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "memory_bytes": 150754820096,

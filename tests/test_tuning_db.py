@@ -217,7 +217,7 @@ def _m(t_us, perf):
 def test_winners_view_and_tsv_round_trip(db_url, tmp_path):
     store = Store(db_url)
     sid = _session(store)
-    jobs = store.enqueue(sid, _configs(3))
+    store.enqueue(sid, _configs(3))
     for i, (jid, _) in enumerate(store.claim([sid], worker="w", limit=3)):
         tuning = [_m(50.0 + i, {"tile": 64}), _m(30.0 + i, {"tile": 128}), _m(40.0 + i, {"tile": 256})]
         assert store.complete(jid, _m(31.0 + i, {"tile": 128}), worker="w", candidates=tuning)

@@ -26,7 +26,7 @@ def _small_module(b):
 
 
 def launch(b, config: dict) -> Measurement:
-    cp, stream = b.cp, b.stream
+    stream = b.stream
     mod = _small_module(b)
     empty, spin = mod.get_function("empty_kernel"), mod.get_function("spin_kernel")
     sink = b.sink()
