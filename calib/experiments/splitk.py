@@ -13,8 +13,10 @@ from ..fit import fit_linear_time
 EXPERIMENT = "splitk"
 RATE = "matmul.splitk.elements_reduced_per_second"
 SIM_DEFAULTS = {"sim.splitk.fixed_us": 6.0}
-SUITES = {"quick": {"mn": 4096 * 4096, "splits": [2, 3, 4, 6, 8, 12, 16, 24]},
-          "full": {"mn": 4096 * 4096, "splits": [2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 28, 32]}}
+# An 8192×8192 tile (256 MiB per split) keeps every point far beyond L2: with a 4096×4096 tile the
+# small split factors ran partly from an H200's 60 MiB L2 and bent the line (2026-11-29).
+SUITES = {"quick": {"mn": 8192 * 8192, "splits": [4, 5, 6, 8, 10, 12, 16]},
+          "full": {"mn": 8192 * 8192, "splits": [4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24]}}
 
 
 def plan(suite: str, *, memory_bytes: int, **_) -> list[dict]:
