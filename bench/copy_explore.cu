@@ -1,7 +1,7 @@
 // Exploration variants of a 16-byte DRAM copy (not used by calib itself): which shape reaches
 // cudaMemcpyAsync's bandwidth. LOADHINT: 0 plain, 1 ld.global.nc with an L2 256-byte prefetch,
-// 2 evict-first (.cs). PIPE: software pipelining, the next step's loads issued before this
-// step's stores.
+// 2 evict-first (.cs). The software-pipelined shape that won is calib's own dram_copy_pipelined,
+// timed by bench/copy_variants.py with the other shapes calib's tuner searches.
 typedef unsigned long long u64;
 
 template <int LOADHINT> __device__ __forceinline__ uint4 ld(const uint4* p) {
@@ -17,38 +17,16 @@ template <int LOADHINT> __device__ __forceinline__ uint4 ld(const uint4* p) {
     return v;
 }
 
-template <int UNROLL, int LOADHINT, bool PIPE>
+template <int UNROLL, int LOADHINT>
 __global__ void copy_x(const uint4* __restrict__ src, uint4* __restrict__ dst, u64 n) {
     const u64 threads = (u64)gridDim.x * blockDim.x;
     u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     uint4 cur[UNROLL];
-    if constexpr (PIPE) {
-        if (i + (UNROLL - 1) * threads < n) {
+    for (; i + (UNROLL - 1) * threads < n; i += UNROLL * threads) {
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) cur[u] = ld<LOADHINT>(src + i + u * threads);
-            while (true) {
-                const u64 next = i + UNROLL * threads;
-                const bool more = next + (UNROLL - 1) * threads < n;
-                uint4 nxt[UNROLL];
-                if (more) {
+        for (int u = 0; u < UNROLL; ++u) cur[u] = ld<LOADHINT>(src + i + u * threads);
 #pragma unroll
-                    for (int u = 0; u < UNROLL; ++u) nxt[u] = ld<LOADHINT>(src + next + u * threads);
-                }
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) dst[i + u * threads] = cur[u];
-                i = next;
-                if (!more) break;
-#pragma unroll
-                for (int u = 0; u < UNROLL; ++u) cur[u] = nxt[u];
-            }
-        }
-    } else {
-        for (; i + (UNROLL - 1) * threads < n; i += UNROLL * threads) {
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) cur[u] = ld<LOADHINT>(src + i + u * threads);
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) dst[i + u * threads] = cur[u];
-        }
+        for (int u = 0; u < UNROLL; ++u) dst[i + u * threads] = cur[u];
     }
     for (; i < n; i += threads) dst[i] = src[i];
 }

@@ -217,6 +217,14 @@ def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False
     return fit
 
 
+def fit_timed(group, x, *, robust: bool = False) -> LinearTimeFit:
+    """``fit_linear_time`` over a tidy sweep frame's rows: times, sample counts and standard
+    errors from the frame's columns, the work ``x`` from the caller."""
+    return fit_linear_time(np.asarray(x, dtype=float), group["time_us"].to_numpy(),
+                           n_samples=group["n_samples"].to_numpy(),
+                           se_us=group["se_us"].to_numpy() if "se_us" in group else None, robust=robust)
+
+
 def _diagnose(fit: LinearTimeFit, design: np.ndarray, weights: np.ndarray):
     """Fill ``fit.flags``/``fit.diagnostics``: low R², curvature, runs of residual signs, outliers."""
     import statsmodels.api as sm

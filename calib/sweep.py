@@ -44,19 +44,19 @@ def run_sweep(backend: Backend | None, configs: list[dict], store: Store, sessio
     from tqdm.auto import tqdm
 
     job_ids = store.enqueue(session_id, configs)
-    done_before = _completed(store, session_id, job_ids)
+    done_before = store.job_state_counts(job_ids).get("completed", 0)
     report = SweepReport(total=len(configs), already_done=done_before)
     with tqdm(total=len(configs), initial=done_before, desc=desc, disable=not progress, unit="pt") as bar:
         if wait_for_workers:
             while not store.all_done(job_ids):
                 time.sleep(poll_s)
-                bar.n = _terminal(store, session_id, job_ids)
+                bar.n = _terminal(store, job_ids)
                 bar.refresh()
         else:
             worker = Worker(store, backend, sessions=[session_id], gpu_id=gpu_id, max_retries=max_retries,
                             name=f"in-process:{desc}")
             worker.run(exit_when_empty=True, on_progress=bar.update)
-        bar.n = _terminal(store, session_id, job_ids)
+        bar.n = _terminal(store, job_ids)
         bar.refresh()
     jobs = store.jobs_frame(session_id)
     jobs = jobs[jobs["job_id"].isin(job_ids)]
@@ -67,11 +67,6 @@ def run_sweep(backend: Backend | None, configs: list[dict], store: Store, sessio
     return report
 
 
-def _completed(store: Store, session_id: int, job_ids: list[int]) -> int:
-    counts = store.job_state_counts(job_ids)
-    return counts.get("completed", 0)
-
-
-def _terminal(store: Store, session_id: int, job_ids: list[int]) -> int:
+def _terminal(store: Store, job_ids: list[int]) -> int:
     counts = store.job_state_counts(job_ids)
     return sum(counts.get(s, 0) for s in TERMINAL_STATES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_linear_time
+from ..fit import fit_timed
 
 EXPERIMENT = "fma"
 FP32 = "compute.fp32.fma_tflops"
@@ -50,6 +50,5 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
     g = frame[frame["experiment"] == EXPERIMENT]
     if len(g) < 3:
         return {}, {}
-    f = fit_linear_time(flops(g), g["time_us"].to_numpy(), n_samples=g["n_samples"].to_numpy(),
-                        se_us=g["se_us"].to_numpy() if "se_us" in g else None, robust=robust)
+    f = fit_timed(g, flops(g), robust=robust)
     return {FP32: f.rate_record(1e12, "TFLOP/s", source=source)}, {FP32: f}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_linear_time
+from ..fit import fit_timed
 
 EXPERIMENT = "dram"
 KINDS = ("read", "write", "copy")
@@ -101,9 +101,7 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
     for (kind, width), group in frame.groupby(["kind", "width_bytes"], sort=True):
         if len(group) < 3:
             continue
-        f = fit_linear_time(bytes_moved(group["kind"], group["size_bytes"]), group["time_us"].to_numpy(),
-                            n_samples=group["n_samples"].to_numpy(),
-                            se_us=group["se_us"].to_numpy() if "se_us" in group else None, robust=robust)
+        f = fit_timed(group, bytes_moved(group["kind"], group["size_bytes"]), robust=robust)
         name = param_name(kind, int(width))
         fits[name] = f
         records[name] = f.rate_record(BYTES_PER_GB, "GB/s", source=source)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_linear_time
+from ..fit import fit_timed
 
 EXPERIMENT = "launch"
 OVERHEAD, LATENCY, GRAPH_NODE = "launch.overhead_us", "launch.latency_us", "launch.graph_node_us"
@@ -73,9 +73,7 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
         g = frame[frame["kind"] == kind]
         if len(g) < 3:
             continue
-        x = g["spin_iters" if kind == "latency" else "count"].to_numpy(dtype=float)
-        f = fit_linear_time(x, g["time_us"].to_numpy(), n_samples=g["n_samples"].to_numpy(),
-                            se_us=g["se_us"].to_numpy() if "se_us" in g else None, robust=robust)
+        f = fit_timed(g, g["spin_iters" if kind == "latency" else "count"], robust=robust)
         fits[name] = f
         records[name] = f.slope_record("us", source=source) if part == "slope" else f.intercept_record("us", source=source)
     return records, fits

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_linear_time
+from ..fit import fit_timed
 
 EXPERIMENT = "splitk"
 RATE = "matmul.splitk.elements_reduced_per_second"
@@ -47,6 +47,5 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
     g = frame[frame["experiment"] == EXPERIMENT]
     if len(g) < 3:
         return {}, {}
-    f = fit_linear_time(elements(g), g["time_us"].to_numpy(), n_samples=g["n_samples"].to_numpy(),
-                        se_us=g["se_us"].to_numpy() if "se_us" in g else None, robust=robust)
+    f = fit_timed(g, elements(g), robust=robust)
     return {RATE: f.rate_record(1.0, "elements/s", source=source)}, {RATE: f}

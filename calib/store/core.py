@@ -242,14 +242,6 @@ class Store:
             s.flush()
             return row.id
 
-    def session(self, session_id: int) -> SessionRow:
-        with Session(self.engine) as s:
-            row = s.get(SessionRow, session_id)
-            if row is None:
-                raise StoreError(f"no session {session_id} in {self.url}")
-            s.expunge(row)
-            return row
-
     def sessions_for_device(self, device: dict) -> list[int]:
         """Sessions whose device this one can measure for (same hard fingerprint)."""
         from ..fingerprint import hard_differences
