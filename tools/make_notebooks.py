@@ -189,6 +189,34 @@ COMPUTE_THROUGHPUT = timed_notebook(
     "Compare with the peak from the SM count and the SM clock (`bench/`): a kernel whose arithmetic "
     "intensity puts it above DRAM bandwidth over this rate is compute-bound.")
 
+CACHE_HIERARCHY = [
+    new_markdown_cell("""# The L2: capacity and read bandwidth
+
+Reads one working set W over and over through L2 (not L1), for W on a log grid from L2/8 to 4×L2,
+dense around the reported size, and fits a hinge to the times: the L2 cost per byte below the
+ramp's start, the DRAM cost above its end, linear in log W between. Writes
+`memory.l2.read_bandwidth_gbps`, `memory.l2.capacity_bytes` (where the ramp starts: the largest
+working set fully served by L2) and `memory.l2.capacity_bytes.ramp_end`, with Wald CIs from the fit.
+
+Run headless with `calib run`, or here: change the parameters cell and run all."""),
+    new_code_cell(COMMON_PARAMETERS, metadata={"tags": ["parameters"]}),
+    new_code_cell(SETUP.format(module="cache")),
+    new_markdown_cell("## Sweep"),
+    new_code_cell(SWEEP.format(module="cache", name="cache_hierarchy")),
+    new_markdown_cell("## Fit"),
+    new_code_cell(FIT.format(module="cache", name="cache_hierarchy")),
+    new_code_cell('''fig = cache.plot(frame, fits, title=cal.title("achieved bandwidth against working set"),
+                 simulated=cal.simulated)
+cal.save_figure(fig, "cache_hierarchy")'''),
+    new_markdown_cell("""## Reading
+
+A heuristic that tiles for L2 keeps its reused working set under `memory.l2.capacity_bytes`, not
+under the L2 size the device reports: past the ramp's start some of the data comes from DRAM
+again. The DRAM plateau the fit finds is in the diagnostics (`dram_plateau_gbps`), a cross-check
+on `memory.dram.read_bandwidth_gbps`."""),
+    new_code_cell(FINISH.format(name="cache_hierarchy")),
+]
+
 REGISTERS = [
     new_markdown_cell("""# Registers of a persistent normalization kernel
 
@@ -230,8 +258,8 @@ spills to local memory and the persistent schedule loses its point."""),
     new_code_cell(FINISH.format(name="registers")),
 ]
 
-NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH, "launch_latency": LAUNCH_LATENCY, "matmul_splitk": MATMUL_SPLITK,
-             "compute_throughput": COMPUTE_THROUGHPUT, "registers": REGISTERS}
+NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH, "cache_hierarchy": CACHE_HIERARCHY, "launch_latency": LAUNCH_LATENCY,
+             "matmul_splitk": MATMUL_SPLITK, "compute_throughput": COMPUTE_THROUGHPUT, "registers": REGISTERS}
 
 
 def write(name: str, cells):

@@ -94,6 +94,24 @@ def splitk(b, config: dict) -> Measurement:
                            perf_config={"threads": THREADS, "blocks_per_sm": 8})
 
 
+def l2(b, config: dict) -> Measurement:
+    """Repeated reads of one working set; no rotation on purpose: the repeats are what L2 serves."""
+    cp = b.cp
+    w, passes = int(config["working_set_bytes"]), int(config["passes"])
+    key = ("l2", w)
+    if b._buffer_size != key:
+        b.release_buffers()
+        b.check_free(w)
+        b._buffers.update(src=[cp.random.random(w // 4, dtype=cp.float32)])
+        b._buffer_size = key
+    kernel = _small_module(b).get_function("l2_read")
+    src = b._buffers["src"][0]
+    grid, block = (b.sm_count * 8,), (THREADS,)
+    args = (src, np.uint64(w // 16), np.int32(passes), b.sink())
+    return b.time_launches(lambda i: kernel(grid, block, args, stream=b.stream),
+                           perf_config={"threads": THREADS, "blocks_per_sm": 8, "load": "ld.global.cg, 16 B"})
+
+
 def fma(b, config: dict) -> Measurement:
     if config.get("ilp") != 8 or config.get("dtype") != "fp32":
         raise UnsupportedConfig("the FMA kernel is compiled for fp32 with 8 chains")

@@ -36,3 +36,25 @@ __global__ void fma_chains(float* __restrict__ sink, int iters, float a, float b
     for (int i = 0; i < ILP; ++i) s += x[i];
     if (s == 12345.678f) sink[blockIdx.x] = s;
 }
+
+// The L2 working-set sweep: `passes` reads of an n-element buffer of 16-byte words, through L2 only
+// (ld.global.cg, so the L1s of the SMs do not serve the repeats).
+extern "C" __global__ void l2_read(const uint4* __restrict__ src, unsigned long long n, int passes,
+                                   unsigned* __restrict__ sink) {
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned acc = 0;
+    for (int p = 0; p < passes; ++p) {
+        unsigned long long i = first;
+        for (; i + 3 * stride < n; i += 4 * stride) {
+            const uint4 a = __ldcg(src + i), b = __ldcg(src + i + stride);
+            const uint4 c = __ldcg(src + i + 2 * stride), d = __ldcg(src + i + 3 * stride);
+            acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+        }
+        for (; i < n; i += stride) {
+            const uint4 a = __ldcg(src + i);
+            acc ^= a.x ^ a.y ^ a.z ^ a.w;
+        }
+    }
+    if (acc == 0x9e3779b9u) sink[blockIdx.x & 1023u] = acc;
+}

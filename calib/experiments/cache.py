@@ -1,0 +1,182 @@
+"""The L2: its read bandwidth and its effective capacity, from one working-set sweep.
+
+A kernel reads a buffer of W bytes over and over (``passes`` times, through L2 but not L1), for W
+on a log-spaced grid dense around the reported L2 size. While W fits, every pass after the first
+is served by L2; well past it, by DRAM; on Hopper the change is a ramp (roughly 44 to 70 MB on an
+H200, partly because the L2 is split in two halves), not a step. The time model is
+
+    t = t0 + bytes * c(log2 W),   c = c_l2 below x1, c_dram above x2, linear in log2 W between,
+
+a continuous hinge fitted by weighted nonlinear least squares; the CIs are Wald intervals from the
+fit's covariance, mapped through the monotone transforms (2**x for capacities, 1/c for bandwidth).
+``memory.l2.capacity_bytes`` is where the ramp starts (the largest working set still fully served
+by L2), ``memory.l2.capacity_bytes.ramp_end`` where DRAM takes over, and
+``memory.l2.read_bandwidth_gbps`` is 1/c_l2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+EXPERIMENT = "l2"
+CAPACITY = "memory.l2.capacity_bytes"
+RAMP_END = "memory.l2.capacity_bytes.ramp_end"
+READ_BW = "memory.l2.read_bandwidth_gbps"
+DRAM_READ = "memory.dram.read_bandwidth_gbps"
+SIM_DEFAULTS = {"sim.l2.fixed_us": 5.0}
+# Bytes read per launch: long enough that the fixed cost is small, short enough for many points.
+BYTES_PER_LAUNCH = 2 * 2**30
+SUITES = {"quick": 20, "full": 36}
+
+
+def plan(suite: str, *, l2_bytes: int, **_) -> list[dict]:
+    """Working sets from L2/8 to 4×L2, half the points between 0.5× and 1.5× the reported size."""
+    n = SUITES[suite]
+    lo, hi = math.log2(l2_bytes / 8), math.log2(4 * l2_bytes)
+    dense_lo, dense_hi = math.log2(0.5 * l2_bytes), math.log2(1.5 * l2_bytes)
+    grid = np.concatenate([np.linspace(lo, hi, n - n // 2), np.linspace(dense_lo, dense_hi, n // 2)])
+    sizes = sorted({int(round(2**x / 4096)) * 4096 for x in grid})
+    # Alternate the bytes per launch (2 GiB, 1 GiB): with a constant amount the fixed cost and the
+    # cost per byte could not be told apart on either plateau.
+    return [{"experiment": EXPERIMENT, "working_set_bytes": w,
+             "passes": max(1, int(round(BYTES_PER_LAUNCH * (1.0 if i % 2 == 0 else 0.5) / w)))}
+            for i, w in enumerate(sizes)]
+
+
+def footprint_bytes(config: dict) -> int:
+    return int(config["working_set_bytes"])
+
+
+def bytes_read(config_or_frame):
+    return np.asarray(config_or_frame["working_set_bytes"], dtype=float) * np.asarray(config_or_frame["passes"],
+                                                                                       dtype=float)
+
+
+def cost_per_byte_us(log2_w, c_l2, c_dram, x1, x2):
+    ramp = np.clip((np.asarray(log2_w, dtype=float) - x1) / max(x2 - x1, 1e-9), 0.0, 1.0)
+    return c_l2 + (c_dram - c_l2) * ramp
+
+
+def default_truth(base: dict | None = None) -> dict:
+    truth = {READ_BW: 9800.0, CAPACITY: 44e6, RAMP_END: 70e6, **SIM_DEFAULTS}
+    truth.update({k: v for k, v in (base or {}).items() if k in truth})
+    if truth[RAMP_END] <= truth[CAPACITY]:
+        raise ValueError(f"{RAMP_END} must exceed {CAPACITY}")
+    return truth
+
+
+def true_time_us(frame, truth: dict) -> np.ndarray:
+    c = cost_per_byte_us(np.log2(np.asarray(frame["working_set_bytes"], dtype=float)), 1 / (truth[READ_BW] * 1e3),
+                         1 / (truth[DRAM_READ] * 1e3), math.log2(truth[CAPACITY]), math.log2(truth[RAMP_END]))
+    return truth["sim.l2.fixed_us"] + bytes_read(frame) * c
+
+
+class HingeFit:
+    """The fitted hinge, its covariance and what the plots and flags need."""
+
+    names = ("t0_us", "c_l2", "c_dram", "x1", "x2")
+
+    def __init__(self, w, b, t, params, cov, dof, weights):
+        self.w, self.bytes, self.t_us = w, b, t
+        self.params, self.cov, self.dof, self.weights = params, cov, dof, weights
+        self.se = np.sqrt(np.clip(np.diag(cov), 0, np.inf))
+        self.fitted_us = _model((np.log2(w), b), *params)
+        self.resid = (t - self.fitted_us) * np.sqrt(weights)
+        self.flags: list[str] = []
+
+    def ci(self, i):
+        from scipy import stats
+
+        q = stats.t.ppf(0.975, self.dof)
+        return self.params[i] - q * self.se[i], self.params[i] + q * self.se[i]
+
+
+def _model(xb, t0, c_l2, c_dram, x1, x2):
+    x, b = xb
+    return t0 + b * cost_per_byte_us(x, c_l2, c_dram, x1, x2)
+
+
+def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
+    from scipy.optimize import curve_fit
+
+    g = frame[frame["experiment"] == EXPERIMENT].sort_values("working_set_bytes")
+    if len(g) < 8:
+        return {}, {}
+    w = g["working_set_bytes"].to_numpy(dtype=float)
+    b = bytes_read(g)
+    t = g["time_us"].to_numpy(dtype=float)
+    n = g["n_samples"].to_numpy(dtype=float)
+    per_byte = t / b
+    x = np.log2(w)
+    # Start: plateaus from the smallest and largest working sets, the ramp around the steepest rise.
+    c_l2, c_dram = np.median(per_byte[:3]), np.median(per_byte[-3:])
+    mid = x[np.argmin(np.abs(per_byte - (c_l2 + c_dram) / 2))]
+    p0 = [1.0, c_l2, c_dram, mid - 0.3, mid + 0.3]
+    weights = n / t**2
+    try:
+        params, cov = curve_fit(_model, (x, b), t, p0=p0, sigma=1 / np.sqrt(weights), absolute_sigma=False,
+                                maxfev=20000)
+    except (RuntimeError, ValueError) as exc:
+        return {}, {"error": str(exc)}
+    hinge = HingeFit(w, b, t, params, cov, len(t) - len(params), weights)
+    records = _records(hinge, source, robust)
+    return records, {EXPERIMENT: hinge}
+
+
+def _records(h: HingeFit, source, robust) -> dict:
+    method = "weighted NLS hinge t = t0 + bytes·c(log2 W), Wald CI" + (" (robust option ignored)" if robust else "")
+    ss_res = float(np.sum(h.resid**2))
+    ybar = np.average(h.t_us, weights=h.weights)
+    r2 = 1 - ss_res / float(np.sum(h.weights * (h.t_us - ybar) ** 2))
+    flags = []
+    if not np.all(np.isfinite(h.se)):
+        flags.append("covariance not estimable: the ramp is not resolved by the grid")
+    x1, x2 = h.params[3], h.params[4]
+    inside = int(np.sum((np.log2(h.w) > x1) & (np.log2(h.w) < x2)))
+    if inside < 2:
+        flags.append(f"only {inside} working sets inside the ramp: its ends are poorly located")
+    diag = {"r2": r2, "points_in_ramp": inside, "dram_plateau_gbps": 1e-3 / h.params[2], "t0_us": h.params[0]}
+    common = {"n": int(h.w.size), "method": method, "r2": r2, "diagnostics": diag}
+    if source:
+        common["source"] = source
+
+    def rec(value, ci, unit, extra=()):
+        out = {"value": float(value), "ci95": [float(ci[0]), float(ci[1])], "unit": unit, "flags": flags + list(extra),
+               **common}
+        rel = (ci[1] - ci[0]) / 2 / abs(value)
+        if rel > 0.05:
+            out["flags"] = out["flags"] + [f"wide CI: ±{rel:.1%}"]
+        return out
+
+    lo, hi = h.ci(1)
+    bw = 1e-3 / h.params[1]
+    records = {READ_BW: rec(bw, (1e-3 / hi, 1e-3 / lo) if lo > 0 else (float("nan"), float("nan")), "GB/s")}
+    for name, i in ((CAPACITY, 3), (RAMP_END, 4)):
+        lo, hi = h.ci(i)
+        records[name] = rec(2 ** h.params[i], (2**lo, 2**hi), "bytes")
+    return {k: v for k, v in records.items() if all(np.isfinite(v["ci95"]))}
+
+
+def plot(frame, fits: dict, *, title: str, simulated: bool):
+    """Achieved bandwidth against working set, the fitted hinge and the ramp's ends."""
+    import matplotlib.pyplot as plt
+
+    h = fits.get(EXPERIMENT)
+    fig, (a0, a1) = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
+    if h is None:
+        return fig
+    mib = h.w / 2**20
+    a0.plot(mib, h.bytes / h.t_us * 1e-3, "o", ms=4, label="measured")
+    a0.plot(mib, h.bytes / h.fitted_us * 1e-3, "-", lw=1, label="hinge fit")
+    for i, style in ((3, "--"), (4, ":")):
+        a0.axvline(2 ** h.params[i] / 2**20, color="k", ls=style, lw=0.8)
+    a0.set(xscale="log", xlabel="working set (MiB)", ylabel="achieved GB/s", title=title)
+    a0.legend(fontsize=8)
+    a1.plot(mib, h.resid / np.sqrt(np.mean(h.resid**2)), "o", ms=4)
+    a1.axhline(0, color="k", lw=0.8)
+    a1.set(xscale="log", xlabel="working set (MiB)", ylabel="standardized residual", title="residuals")
+    if simulated:
+        fig.suptitle("SIMULATED DEVICE: not a measurement of real hardware", color="crimson")
+    return fig
