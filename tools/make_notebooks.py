@@ -189,6 +189,15 @@ COMPUTE_THROUGHPUT = timed_notebook(
     "Compare with the peak from the SM count and the SM clock (`bench/`): a kernel whose arithmetic "
     "intensity puts it above DRAM bandwidth over this rate is compute-bound.")
 
+SHARED_MEMORY = timed_notebook(
+    "shared_memory", "shared", "Shared-memory bandwidth",
+    "Every thread of 2048 per SM reads 16-byte words from its block's shared memory, conflict-free, "
+    "over iteration counts; `t = t0 + bytes / bandwidth` gives `memory.shared.bandwidth_gbps` for the "
+    "whole device.",
+    [("memory.shared.bandwidth_gbps", "GB read", 1e9)],
+    "Divide by the SM count and the SM clock for bytes per clock per SM (128 on Hopper by the "
+    "datasheet): a staging scheme that reads shared memory more than this allows is bound by it.")
+
 CACHE_HIERARCHY = [
     new_markdown_cell("""# The L2: capacity and read bandwidth
 
@@ -258,7 +267,8 @@ spills to local memory and the persistent schedule loses its point."""),
     new_code_cell(FINISH.format(name="registers")),
 ]
 
-NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH, "cache_hierarchy": CACHE_HIERARCHY, "launch_latency": LAUNCH_LATENCY,
+NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH, "cache_hierarchy": CACHE_HIERARCHY, "shared_memory": SHARED_MEMORY,
+             "launch_latency": LAUNCH_LATENCY,
              "matmul_splitk": MATMUL_SPLITK, "compute_throughput": COMPUTE_THROUGHPUT, "registers": REGISTERS}
 
 

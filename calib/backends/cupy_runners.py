@@ -112,6 +112,17 @@ def l2(b, config: dict) -> Measurement:
                            perf_config={"threads": THREADS, "blocks_per_sm": 8, "load": "ld.global.cg, 16 B"})
 
 
+def smem(b, config: dict) -> Measurement:
+    if config.get("access_bytes") != 16:
+        raise UnsupportedConfig("the shared-memory kernel reads 16-byte words")
+    kernel = _small_module(b).get_function("smem_read")
+    threads = int(config["threads"])
+    grid, block = ((threads + THREADS - 1) // THREADS,), (THREADS,)
+    args = (b.sink(), np.int32(config["iters"]))
+    return b.time_launches(lambda i: kernel(grid, block, args, stream=b.stream),
+                           perf_config={"threads": THREADS, "blocks": grid[0], "smem_bytes_per_block": 16384})
+
+
 def fma(b, config: dict) -> Measurement:
     if config.get("ilp") != 8 or config.get("dtype") != "fp32":
         raise UnsupportedConfig("the FMA kernel is compiled for fp32 with 8 chains")

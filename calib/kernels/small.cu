@@ -58,3 +58,18 @@ extern "C" __global__ void l2_read(const uint4* __restrict__ src, unsigned long 
     }
     if (acc == 0x9e3779b9u) sink[blockIdx.x & 1023u] = acc;
 }
+
+// Shared-memory reads: 16-byte words, a warp's 32 reads in distinct banks, iters per thread.
+extern "C" __global__ void smem_read(unsigned* __restrict__ sink, int iters) {
+    __shared__ uint4 buf[1024];  // 16 KiB: eight 256-thread blocks fit on any current SM
+    for (int i = threadIdx.x; i < 1024; i += blockDim.x) buf[i] = make_uint4(i, i ^ 0x55u, i * 3u, ~i);
+    __syncthreads();
+    unsigned acc = 0;
+    const int lane = threadIdx.x;
+#pragma unroll 8
+    for (int k = 0; k < iters; ++k) {
+        const uint4 v = buf[(lane + k * 32) & 1023];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) sink[blockIdx.x & 1023u] = acc;
+}
