@@ -68,7 +68,8 @@ def test_short_sweep_fits_with_narrow_ci(backend, tmp_path):
     {"experiment": "fma", "dtype": "fp32", "iters": 512, "threads": 132 * 2048, "ilp": 8},
     {"experiment": "l2", "working_set_bytes": 16 << 20, "passes": 64},
     {"experiment": "smem", "iters": 1024, "threads": 132 * 2048, "access_bytes": 16},
-], ids=["overhead", "latency", "graph", "splitk", "fma", "l2", "smem"])
+    {"experiment": "matmul", "dtype": "fp16", "m": 2048, "n": 2048, "k": 2048},
+], ids=["overhead", "latency", "graph", "splitk", "fma", "l2", "smem", "matmul-fp16"])
 def test_other_calibrations_measure(backend, config):
     [m] = backend.measure([config])
     assert not isinstance(m, Exception), m

@@ -141,7 +141,7 @@ fragment = cal.write_fragment(records, source="notebooks/{name}.ipynb")
 print("wrote", fragment)'''
 
 
-def timed_notebook(name, module, title, intro, lines, reading):
+def timed_notebook(name, module, title, intro, lines, reading, setup_prefix=""):
     """A timed calibration: sweep, fit, the line and its residuals per parameter, reading, fragment.
     ``lines``: (parameter, x label, x scale) for each fitted parameter."""
     plots = "\n".join(PLOT.format(param=p, x_label=xl, x_scale=xs, slug=p.replace(".", "_")) for p, xl, xs in lines)
@@ -149,7 +149,7 @@ def timed_notebook(name, module, title, intro, lines, reading):
         new_markdown_cell(f"# {title}\n\n{intro}\n\nRun headless with `calib run`, or here: change the parameters "
                           "cell and run all."),
         new_code_cell(COMMON_PARAMETERS, metadata={"tags": ["parameters"]}),
-        new_code_cell(SETUP.format(module=module)),
+        new_code_cell(setup_prefix + SETUP.format(module=module)),
         new_markdown_cell("## Sweep\nEvery point is a job in the results store; a re-run with the same `label` "
                           "measures only what is missing."),
         new_code_cell(SWEEP.format(module=module, name=name)),
@@ -197,6 +197,17 @@ SHARED_MEMORY = timed_notebook(
     [("memory.shared.bandwidth_gbps", "GB read", 1e9)],
     "Divide by the SM count and the SM clock for bytes per clock per SM (128 on Hopper by the "
     "datasheet): a staging scheme that reads shared memory more than this allows is bound by it.")
+
+MATMUL_THROUGHPUT = timed_notebook(
+    "matmul_throughput", "matmul", "Dense matmul throughput (cuBLAS)",
+    "Square products through `cupy.matmul` (cuBLAS) on random inputs, for fp16, bf16 (where CuPy holds "
+    "bfloat16 arrays) and tf32 (float32 with CuPy's TF32 mode), over sizes that are multiples of 1024; "
+    "`t = t0 + 2n³ / rate` gives `compute.<type>.tensor_tflops`.",
+    [("compute.fp16.tensor_tflops", "TFLOP", 1e12), ("compute.bf16.tensor_tflops", "TFLOP", 1e12),
+     ("compute.tf32.tensor_tflops", "TFLOP", 1e12)],
+    "The rate is cuBLAS's on large, tile-aligned squares; a heuristic choosing between a library call "
+    "and a fused kernel compares its own achieved rate against this one.",
+    setup_prefix="import os\nos.environ.setdefault(\"CUPY_TF32\", \"1\")  # before CuPy is first imported\n")
 
 CACHE_HIERARCHY = [
     new_markdown_cell("""# The L2: capacity and read bandwidth
@@ -268,7 +279,7 @@ spills to local memory and the persistent schedule loses its point."""),
 ]
 
 NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH, "cache_hierarchy": CACHE_HIERARCHY, "shared_memory": SHARED_MEMORY,
-             "launch_latency": LAUNCH_LATENCY,
+             "matmul_throughput": MATMUL_THROUGHPUT, "launch_latency": LAUNCH_LATENCY,
              "matmul_splitk": MATMUL_SPLITK, "compute_throughput": COMPUTE_THROUGHPUT, "registers": REGISTERS}
 
 

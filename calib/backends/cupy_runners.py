@@ -123,6 +123,49 @@ def smem(b, config: dict) -> Measurement:
                            perf_config={"threads": THREADS, "blocks": grid[0], "smem_bytes_per_block": 16384})
 
 
+def matmul(b, config: dict) -> Measurement:
+    """cuBLAS through cupy.matmul on random inputs, two input sets alternated."""
+    import os
+
+    cp = b.cp
+    dtype_name, m, n, k = config["dtype"], int(config["m"]), int(config["n"]), int(config["k"])
+    if dtype_name == "tf32":
+        if os.environ.get("CUPY_TF32") != "1":
+            raise UnsupportedConfig("TF32 needs CUPY_TF32=1 in the environment before CuPy is imported")
+        dtype = cp.float32
+    elif dtype_name == "fp16":
+        dtype = cp.float16
+    elif dtype_name == "bf16":
+        try:
+            dtype = cp.dtype("bfloat16")
+            cp.zeros(1, dtype=dtype)
+        except Exception as exc:
+            raise UnsupportedConfig(f"this CuPy holds no bfloat16 arrays ({exc})") from None
+    else:
+        raise UnsupportedConfig(f"no matmul for {dtype_name!r}")
+    key = ("matmul", dtype_name, m, n, k)
+    if b._buffer_size != key:
+        b.release_buffers()
+        b.check_free(2 * (m * k + k * n + m * n) * cp.dtype(dtype).itemsize)
+        b._buffers.update(src=[(cp.random.standard_normal((m, k), dtype=cp.float32).astype(dtype),
+                                cp.random.standard_normal((k, n), dtype=cp.float32).astype(dtype)) for _ in range(2)],
+                          dst=[cp.empty((m, n), dtype=dtype) for _ in range(2)])
+        b._buffer_size = key
+        a, bb = b._buffers["src"][0]
+        ref = a[:64].astype(cp.float64) @ bb.astype(cp.float64)
+        cp.matmul(a, bb, out=b._buffers["dst"][0])
+        err = float(cp.linalg.norm(b._buffers["dst"][0][:64].astype(cp.float64) - ref) / cp.linalg.norm(ref))
+        if not err < 2e-2:
+            raise RuntimeError(f"{dtype_name} matmul is wrong at {m}x{n}x{k}: relative error {err:.2e}")
+    src, dst = b._buffers["src"], b._buffers["dst"]
+
+    def launch(i):
+        with b.stream:
+            cp.matmul(src[i % 2][0], src[i % 2][1], out=dst[i % 2])
+
+    return b.time_launches(launch, perf_config={"library": "cuBLAS via cupy.matmul", "dtype": dtype_name})
+
+
 def fma(b, config: dict) -> Measurement:
     if config.get("ilp") != 8 or config.get("dtype") != "fp32":
         raise UnsupportedConfig("the FMA kernel is compiled for fp32 with 8 chains")

@@ -1,0 +1,63 @@
+"""Dense matmul throughput through cuBLAS (``cupy.matmul``), per data type.
+
+Square products of side n over a grid of sizes that are multiples of 1024 (so every size fills
+whole tiles); ``t = t0 + 2n³ / rate`` per type gives ``compute.<type>.tensor_tflops``. TF32 is
+float32 inputs with CuPy's TF32 mode on; bf16 is measured where CuPy can hold bfloat16 arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..fit import fit_timed
+
+EXPERIMENT = "matmul"
+DTYPES = ("fp16", "bf16", "tf32")
+SIM_DEFAULTS = {"sim.matmul.fixed_us": 8.0}
+SUITES = {"quick": [2048, 3072, 4096, 5120, 6144, 8192],
+          "full": [2048, 3072, 4096, 5120, 6144, 7168, 8192, 10240, 12288]}
+
+
+def param_name(dtype: str) -> str:
+    return f"compute.{dtype}.tensor_tflops"
+
+
+def plan(suite: str, *, memory_bytes: int = 2**34, dtypes=DTYPES, **_) -> list[dict]:
+    return [{"experiment": EXPERIMENT, "dtype": d, "m": n, "n": n, "k": n} for d in dtypes for n in SUITES[suite]
+            if footprint_bytes({"dtype": d, "m": n, "n": n, "k": n}) < memory_bytes / 4]
+
+
+def element_bytes(dtype: str) -> int:
+    return 4 if dtype == "tf32" else 2
+
+
+def footprint_bytes(config: dict) -> int:
+    m, n, k = config["m"], config["n"], config["k"]
+    return 2 * element_bytes(config["dtype"]) * (m * k + k * n + m * n)  # two sets, rotated
+
+
+def flops(c):
+    return 2.0 * np.asarray(c["m"], dtype=float) * np.asarray(c["n"], dtype=float) * np.asarray(c["k"], dtype=float)
+
+
+def default_truth(base: dict | None = None) -> dict:
+    truth = {param_name("fp16"): 780.0, param_name("bf16"): 780.0, param_name("tf32"): 390.0, **SIM_DEFAULTS}
+    truth.update({k: v for k, v in (base or {}).items() if k in truth})
+    return truth
+
+
+def true_time_us(frame, truth: dict) -> np.ndarray:
+    rate = np.array([truth[param_name(d)] for d in frame["dtype"]]) * 1e12
+    return truth["sim.matmul.fixed_us"] + flops(frame) / rate * 1e6
+
+
+def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
+    frame = frame[frame["experiment"] == EXPERIMENT]
+    records, fits = {}, {}
+    for dtype, g in frame.groupby("dtype"):
+        if len(g) < 3:
+            continue
+        f = fit_timed(g, flops(g), robust=robust)
+        fits[param_name(dtype)] = f
+        records[param_name(dtype)] = f.rate_record(1e12, "TFLOP/s", source=source)
+    return records, fits
