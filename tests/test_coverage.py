@@ -34,7 +34,8 @@ def _calibrate_many(spec, seeds):
                 configs = module.plan("quick", l2_bytes=backend.l2_bytes, memory_bytes=backend.memory_bytes,
                                       sm_count=device["sm_count"])
                 records.update(module.fit(frame_from(configs, backend.measure(configs)))[0])
-            records.update(registers.fit(backend.compile_report(registers.plan("quick")))[0])
+            records.update(registers.fit(backend.compile_report(registers.plan("quick")),
+                                         line_max_n=registers.LINE_MAX_N["quick"])[0])
         for name, rec in records.items():
             truth = backend.truth[name]
             lo, hi = rec["ci95"]
@@ -48,7 +49,8 @@ def _calibrate_many(spec, seeds):
 def test_ci_coverage_and_bias_with_planted_truth(spec, fixture_path):
     spec = fixture_path(spec) if spec else None
     hits, z = _calibrate_many(spec, range(1000, 1000 + SEEDS))
-    assert len(hits) == 19 + 3 + 1 + 3 + 1 + 1 + 3 + 2  # DRAM, L2, shared, launch, split-K, FMA, matmul, registers
+    assert len(hits) == 19 + 3 + 1 + 3 + 1 + 1 + 3 + 2 + 2  # DRAM, L2, shared, launch, split-K, FMA, matmul,
+    #                                                          reductions, registers
 
     for name in BRACKETS:
         assert hits[name].all(), f"{name}: the bracket missed the planted threshold"

@@ -69,7 +69,9 @@ def test_short_sweep_fits_with_narrow_ci(backend, tmp_path):
     {"experiment": "l2", "working_set_bytes": 16 << 20, "passes": 64},
     {"experiment": "smem", "iters": 1024, "threads": 132 * 2048, "access_bytes": 16},
     {"experiment": "matmul", "dtype": "fp16", "m": 2048, "n": 2048, "k": 2048},
-], ids=["overhead", "latency", "graph", "splitk", "fma", "l2", "smem", "matmul-fp16"])
+    {"experiment": "reduction", "axis": "inner", "rows": 4096, "cols": 8192},
+    {"experiment": "reduction", "axis": "outer", "rows": 4096, "cols": 8192},
+], ids=["overhead", "latency", "graph", "splitk", "fma", "l2", "smem", "matmul-fp16", "inner", "outer"])
 def test_other_calibrations_measure(backend, config):
     [m] = backend.measure([config])
     assert not isinstance(m, Exception), m

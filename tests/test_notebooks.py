@@ -56,7 +56,7 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
     for name, truth in {"launch.overhead_us": 12.0, "matmul.splitk.elements_reduced_per_second": 7.5e10,
                         "compute.fp32.fma_tflops": 4.8, "normalization.additional_registers": 22.0,
                         "memory.l2.read_bandwidth_gbps": 950.0, "memory.shared.bandwidth_gbps": 2900.0,
-                        "compute.fp16.tensor_tflops": 65.0}.items():
+                        "compute.fp16.tensor_tflops": 65.0, "reduction.outer.bandwidth_gbps": 250.0}.items():
         assert abs(doc["params"][name]["value"] / truth - 1) < 0.15, name  # every notebook of the suite ran
 
     # every file the run wrote says it is simulated

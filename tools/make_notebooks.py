@@ -209,6 +209,16 @@ MATMUL_THROUGHPUT = timed_notebook(
     "and a fused kernel compares its own achieved rate against this one.",
     setup_prefix="import os\nos.environ.setdefault(\"CUPY_TF32\", \"1\")  # before CuPy is first imported\n")
 
+REDUCTIONS = timed_notebook(
+    "reductions", "reduction", "Reductions along the inner and the outer axis",
+    "Sums a row-major fp32 matrix of 8192 columns along its rows (inner: contiguous, one block per "
+    "row) and along its columns (outer: strided, threads own columns and add slabs atomically), over "
+    "row counts far beyond L2; `t = t0 + bytes / bandwidth` gives `reduction.inner.bandwidth_gbps` and "
+    "`reduction.outer.bandwidth_gbps`.",
+    [("reduction.inner.bandwidth_gbps", "GB read", 1e9), ("reduction.outer.bandwidth_gbps", "GB read", 1e9)],
+    "Both are memory-bound; how far each falls below `memory.dram.read_bandwidth_gbps` is what a "
+    "reduction scheduler pays for the axis it reduces along.")
+
 CACHE_HIERARCHY = [
     new_markdown_cell("""# The L2: capacity and read bandwidth
 
@@ -266,7 +276,7 @@ reports = cal.backend.compile_report(registers.plan(suite))
 table = pd.DataFrame(reports)
 table["simulated"] = cal.simulated
 table.to_parquet(cal.output_dir / "registers.parquet")
-records, line = registers.fit(reports, source="notebooks/registers.ipynb")
+records, line = registers.fit(reports, line_max_n=registers.LINE_MAX_N[suite], source="notebooks/registers.ipynb")
 parameter_frame(records)'''),
     new_code_cell('''fig = registers.plot(table, records, title=cal.title("registers against buffered elements"))
 cal.save_figure(fig, "registers")'''),
@@ -279,7 +289,7 @@ spills to local memory and the persistent schedule loses its point."""),
 ]
 
 NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH, "cache_hierarchy": CACHE_HIERARCHY, "shared_memory": SHARED_MEMORY,
-             "matmul_throughput": MATMUL_THROUGHPUT, "launch_latency": LAUNCH_LATENCY,
+             "matmul_throughput": MATMUL_THROUGHPUT, "reductions": REDUCTIONS, "launch_latency": LAUNCH_LATENCY,
              "matmul_splitk": MATMUL_SPLITK, "compute_throughput": COMPUTE_THROUGHPUT, "registers": REGISTERS}
 
 

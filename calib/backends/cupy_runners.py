@@ -166,6 +166,57 @@ def matmul(b, config: dict) -> Measurement:
     return b.time_launches(launch, perf_config={"library": "cuBLAS via cupy.matmul", "dtype": dtype_name})
 
 
+def reduction(b, config: dict) -> Measurement:
+    """Inner or outer sum of a rows × cols fp32 matrix, two input sets alternated, checked against
+    CuPy's own sum before timing."""
+    cp = b.cp
+    axis, rows, cols = config["axis"], int(config["rows"]), int(config["cols"])
+    if cols % 1024:
+        raise UnsupportedConfig("the reduction kernels need cols to be a multiple of 1024")
+    mod = _small_module(b)
+    key = ("reduction", rows, cols)
+    if b._buffer_size != key:
+        b.release_buffers()
+        b.check_free(2 * 4 * rows * cols)
+        b._buffers.update(src=[cp.random.random((rows, cols), dtype=cp.float32) for _ in range(2)],
+                          dst=[cp.zeros(max(rows, cols), dtype=cp.float32) for _ in range(2)])
+        b._buffer_size = key
+    src, dst = b._buffers["src"], b._buffers["dst"]
+    if axis == "inner":
+        kernel = mod.get_function("reduce_inner")
+        grid, block = (rows,), (THREADS,)
+
+        def launch(i):
+            kernel(grid, block, (src[i % 2], dst[i % 2], np.int32(cols)), stream=b.stream)
+    elif axis == "outer":
+        kernel = mod.get_function("reduce_outer")
+        col_blocks = (cols + THREADS - 1) // THREADS
+        slabs = max(1, (b.sm_count * 8) // col_blocks)
+        slab = (rows + slabs - 1) // slabs
+        grid, block = (col_blocks, slabs), (THREADS,)
+
+        def launch(i):
+            dst[i % 2][:cols].fill(0)  # a memset on the current stream: part of the fixed cost
+            kernel(grid, block, (src[i % 2], dst[i % 2], np.int32(rows), np.int32(cols), np.int32(slab)),
+                   stream=b.stream)
+    else:
+        raise UnsupportedConfig(f"no reduction along {axis!r}")
+    with b.stream:
+        launch(0)
+        b.stream.synchronize()
+        got = dst[0][:rows] if axis == "inner" else dst[0][:cols]
+        ref = src[0].sum(axis=1 if axis == "inner" else 0, dtype=cp.float64)
+        err = float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
+    if not err < 1e-5:
+        raise RuntimeError(f"reduce_{axis} is wrong at {rows}x{cols}: relative error {err:.2e}")
+
+    def timed(i):
+        with b.stream:
+            launch(i)
+
+    return b.time_launches(timed, perf_config={"threads": THREADS, "grid": list(grid)})
+
+
 def fma(b, config: dict) -> Measurement:
     if config.get("ilp") != 8 or config.get("dtype") != "fp32":
         raise UnsupportedConfig("the FMA kernel is compiled for fp32 with 8 chains")

@@ -21,6 +21,9 @@ SIM_DEFAULTS = {"sim.registers.per_element": 1.0, "sim.registers.jitter": 1.5}
 # Compiling is the cost (NVRTC took 16 s for 22 kernels on the H200 machine): the quick grid
 # samples the linear stretch and brackets the spill coarsely; the full grid is fine throughout.
 SUITES = {"quick": [2, 8, 16, 24, 32, 40, 48, 56, 64, 128, 192, 224, 240, 256], "full": list(range(2, 257, 4))}
+# Where the line is sought: the quick grid's sparse points past 64 only bracket the spill (a line
+# grown from 64 to 128 cannot tell a plateau from a slope); the full grid is dense everywhere.
+LINE_MAX_N = {"quick": 64, "full": None}
 
 
 def plan(suite: str, **_) -> list[int]:
@@ -54,24 +57,31 @@ def simulate(buffered: list[int], truth: dict, rng: np.random.Generator) -> list
     return out
 
 
-def linear_regime(rows: list[dict]) -> list[dict]:
-    """The points before the compiler starts snapping to occupancy levels: stop at the first step
-    up that a line of one register per element, plus one allocation granule (8), cannot explain."""
-    kept = [rows[0]] if rows else []
-    for prev, cur in zip(rows, rows[1:]):
-        if cur["registers"] - prev["registers"] > (cur["buffered"] - prev["buffered"]) + 8:
+def linear_regime(rows: list[dict], *, start: int = 4) -> list[dict]:
+    """The points before the compiler starts allocating to occupancy levels: grow the line from
+    the first ``start`` points and stop at the first point it misses by more than one allocation
+    granule (8 registers) or four times its residual scatter, whichever is larger."""
+    kept = list(rows[:start])
+    for cur in rows[start:]:
+        n = np.array([r["buffered"] for r in kept], dtype=float)
+        regs = np.array([r["registers"] for r in kept], dtype=float)
+        slope, icpt = np.polyfit(n, regs, 1)
+        sd = float(np.std(regs - (icpt + slope * n), ddof=2)) if len(kept) > 2 else 0.0
+        if abs(cur["registers"] - (icpt + slope * cur["buffered"])) > max(8.0, 4.0 * sd):
             break
         kept.append(cur)
     return kept
 
 
-def fit(reports: list[dict], *, source: str | None = None) -> tuple[dict, object]:
-    """Records for both parameters, and the statsmodels result of the register line."""
+def fit(reports: list[dict], *, line_max_n: int | None = None, source: str | None = None) -> tuple[dict, object]:
+    """Records for both parameters, and the statsmodels result of the register line, sought among
+    the points with N up to ``line_max_n`` (all when None)."""
     import statsmodels.api as sm
     from scipy import stats
 
     rows = sorted(reports, key=lambda r: r["buffered"])
-    clean = linear_regime([r for r in rows if r["spill_bytes"] == 0 and r["registers"] < REGISTER_CAP])
+    clean = linear_regime([r for r in rows if r["spill_bytes"] == 0 and r["registers"] < REGISTER_CAP
+                           and (line_max_n is None or r["buffered"] <= line_max_n)])
     records = {}
     res = None
     if len(clean) >= 3:

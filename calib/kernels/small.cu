@@ -73,3 +73,35 @@ extern "C" __global__ void smem_read(unsigned* __restrict__ sink, int iters) {
     }
     if (acc == 0x9e3779b9u) sink[blockIdx.x & 1023u] = acc;
 }
+
+// Inner reduction: one 256-thread block per row of `cols` floats (cols a multiple of 1024).
+extern "C" __global__ void reduce_inner(const float4* __restrict__ in, float* __restrict__ out, int cols) {
+    __shared__ float part[8];
+    const float4* row = in + (unsigned long long)blockIdx.x * (cols / 4);
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+        const float4 v = row[i];
+        acc += (v.x + v.y) + (v.z + v.w);
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += part[w];
+        out[blockIdx.x] = s;
+    }
+}
+
+// Outer reduction: thread c of block (x, y) sums column c over rows [y*slab, (y+1)*slab) and adds
+// its partial sum to out[c]; out must be zeroed before.
+extern "C" __global__ void reduce_outer(const float* __restrict__ in, float* __restrict__ out, int rows, int cols,
+                                        int slab) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    const int r0 = blockIdx.y * slab;
+    const int r1 = min(rows, r0 + slab);
+    float acc = 0.0f;
+    for (int r = r0; r < r1; ++r) acc += in[(unsigned long long)r * cols + c];
+    atomicAdd(out + c, acc);
+}
