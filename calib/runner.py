@@ -20,7 +20,7 @@ from .calibration import SIMULATED_BANNER, read_fragment
 from .profile import merge_into, user_profiles_dir, utc_now
 
 # Every suite runs every notebook; the suite picks each notebook's grid (passed as `suite`).
-NOTEBOOKS = ["memory_bandwidth", "cache_hierarchy", "shared_memory", "launch_latency", "matmul_splitk",
+NOTEBOOKS = ["memory_bandwidth", "cache_hierarchy", "shared_memory", "occupancy", "launch_latency", "matmul_splitk",
              "compute_throughput", "matmul_throughput", "reductions", "registers"]
 SUITES = {"quick": NOTEBOOKS, "full": NOTEBOOKS}
 

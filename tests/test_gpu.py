@@ -71,7 +71,9 @@ def test_short_sweep_fits_with_narrow_ci(backend, tmp_path):
     {"experiment": "matmul", "dtype": "fp16", "m": 2048, "n": 2048, "k": 2048},
     {"experiment": "reduction", "axis": "inner", "rows": 4096, "cols": 8192},
     {"experiment": "reduction", "axis": "outer", "rows": 4096, "cols": 8192},
-], ids=["overhead", "latency", "graph", "splitk", "fma", "l2", "smem", "matmul-fp16", "inner", "outer"])
+    {"experiment": "occupancy", "blocks_per_sm": 2, "unroll": 4, "width_bytes": 16, "threads": 256, "sm_count": 132,
+     "size_bytes": 1 << 30},
+], ids=["overhead", "latency", "graph", "splitk", "fma", "l2", "smem", "matmul-fp16", "inner", "outer", "occupancy"])
 def test_other_calibrations_measure(backend, config):
     [m] = backend.measure([config])
     assert not isinstance(m, Exception), m

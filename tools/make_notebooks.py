@@ -247,6 +247,32 @@ on `memory.dram.read_bandwidth_gbps`."""),
     new_code_cell(FINISH.format(name="cache_hierarchy")),
 ]
 
+OCCUPANCY = [
+    new_markdown_cell("""# Bytes in flight per SM for DRAM bandwidth
+
+Runs the DRAM read kernel at every combination of resident blocks per SM, unroll and access width,
+so that each SM keeps from about 1 KiB to 256 KiB in flight, and fits Little's law, achieved
+bandwidth = bytes in flight × SMs / latency up to the DRAM ceiling. `memory.bytes_in_flight_per_sm`
+is what an SM must keep in flight for 90% of that ceiling.
+
+Run headless with `calib run`, or here: change the parameters cell and run all."""),
+    new_code_cell(COMMON_PARAMETERS, metadata={"tags": ["parameters"]}),
+    new_code_cell(SETUP.format(module="occupancy")),
+    new_markdown_cell("## Sweep"),
+    new_code_cell(SWEEP.format(module="occupancy", name="occupancy")),
+    new_markdown_cell("## Fit"),
+    new_code_cell(FIT.format(module="occupancy", name="occupancy")),
+    new_code_cell('''fig = occupancy.plot(fits, title=cal.title("achieved bandwidth against bytes in flight"),
+                     simulated=cal.simulated)
+cal.save_figure(fig, "occupancy")'''),
+    new_markdown_cell("""## Reading
+
+A kernel keeps `resident warps × 32 × bytes per load × independent loads` in flight per SM; below
+`memory.bytes_in_flight_per_sm` it cannot reach 90% of DRAM bandwidth however it is scheduled.
+The fitted latency (diagnostics) is the loaded DRAM latency that Little's law implies."""),
+    new_code_cell(FINISH.format(name="occupancy")),
+]
+
 REGISTERS = [
     new_markdown_cell("""# Registers of a persistent normalization kernel
 
@@ -289,7 +315,8 @@ spills to local memory and the persistent schedule loses its point."""),
 ]
 
 NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH, "cache_hierarchy": CACHE_HIERARCHY, "shared_memory": SHARED_MEMORY,
-             "matmul_throughput": MATMUL_THROUGHPUT, "reductions": REDUCTIONS, "launch_latency": LAUNCH_LATENCY,
+             "occupancy": OCCUPANCY, "matmul_throughput": MATMUL_THROUGHPUT, "reductions": REDUCTIONS,
+             "launch_latency": LAUNCH_LATENCY,
              "matmul_splitk": MATMUL_SPLITK, "compute_throughput": COMPUTE_THROUGHPUT, "registers": REGISTERS}
 
 

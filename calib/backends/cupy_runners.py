@@ -217,6 +217,17 @@ def reduction(b, config: dict) -> Measurement:
     return b.time_launches(timed, perf_config={"threads": THREADS, "grid": list(grid)})
 
 
+def occupancy(b, config: dict) -> Measurement:
+    """The DRAM read kernel at a given residency and unroll: bytes in flight per SM are the knob."""
+    size, width = int(config["size_bytes"]), int(config["width_bytes"])
+    if int(config["sm_count"]) != b.sm_count:
+        raise UnsupportedConfig(f"planned for {config['sm_count']} SMs; this GPU has {b.sm_count}")
+    src, dst = b._ensure_buffers(size)
+    perf = {"threads": int(config["threads"]), "blocks_per_sm": int(config["blocks_per_sm"]),
+            "unroll": int(config["unroll"]), "layout": "strided"}
+    return b.time_launches(b._launcher("read", width, perf, size, src, dst), perf_config=perf)
+
+
 def fma(b, config: dict) -> Measurement:
     if config.get("ilp") != 8 or config.get("dtype") != "fp32":
         raise UnsupportedConfig("the FMA kernel is compiled for fp32 with 8 chains")

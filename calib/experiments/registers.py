@@ -89,7 +89,10 @@ def fit(reports: list[dict], *, line_max_n: int | None = None, source: str | Non
         regs = np.array([r["registers"] for r in clean], dtype=float)
         res = sm.OLS(regs, sm.add_constant(n)).fit()
         q = stats.t.ppf(0.975, res.df_resid)
-        lo, hi = res.params[0] - q * res.bse[0], res.params[0] + q * res.bse[0]
+        # Whole-number counts cannot place the line closer than half a register, however well the
+        # points line up (they can all fall exactly on it, and the fit's interval collapses).
+        half = max(q * res.bse[0], 0.5)
+        lo, hi = res.params[0] - half, res.params[0] + half
         flags = []
         # Compilers allocate registers in granules of 8: a uniform rounding of sd 8/sqrt(12) is the
         # scatter to expect; twice that means the counts do not follow a line.

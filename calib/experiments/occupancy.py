@@ -1,0 +1,136 @@
+"""Bytes in flight per SM that DRAM bandwidth needs (Little's law).
+
+The DRAM read kernel runs with every combination of resident blocks per SM, unroll and access
+width, so that the bytes each SM has in flight, ``x = blocks × 256 threads × unroll × width``, range
+from about 1 KiB to 256 KiB. By Little's law the achieved bandwidth is ``x · SMs / latency`` until
+it reaches the DRAM ceiling; the time model is
+
+    t = t0 + bytes · max(c_max, latency / (x · SMs))
+
+fitted by weighted nonlinear least squares. ``memory.bytes_in_flight_per_sm`` is the x at which
+the line reaches 90% of the ceiling, ``0.9 · latency / (c_max · SMs)``, with a Wald CI on its
+logarithm (delta method). Real GPUs bend into the ceiling more gently than this hinge: the fit
+flags it, and the number is then a lower bound of what a kernel needs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from .dram import param_name as dram_param
+
+EXPERIMENT = "occupancy"
+IN_FLIGHT = "memory.bytes_in_flight_per_sm"
+SIM_DEFAULTS = {"sim.occupancy.fixed_us": 4.0}
+THREADS = 256
+GRID = {"quick": dict(blocks=(1, 2, 4, 8), unroll=(1, 2, 4, 8), width=(4, 16)),
+        "full": dict(blocks=(1, 2, 3, 4, 6, 8), unroll=(1, 2, 4, 8), width=(4, 8, 16))}
+SIZES = (2**30, 2**31)
+
+
+def plan(suite: str, *, sm_count: int = 132, **_) -> list[dict]:
+    g = GRID[suite]
+    combos = itertools.product(g["blocks"], g["unroll"], g["width"])
+    return [{"experiment": EXPERIMENT, "blocks_per_sm": b, "unroll": u, "width_bytes": w, "threads": THREADS,
+             "sm_count": sm_count, "size_bytes": SIZES[i % 2]} for i, (b, u, w) in enumerate(combos)]
+
+
+def footprint_bytes(config: dict) -> int:
+    return 2 * int(config["size_bytes"])
+
+
+def in_flight(c):
+    return (np.asarray(c["blocks_per_sm"], dtype=float) * np.asarray(c["threads"], dtype=float)
+            * np.asarray(c["unroll"], dtype=float) * np.asarray(c["width_bytes"], dtype=float))
+
+
+def default_truth(base: dict | None = None) -> dict:
+    truth = {IN_FLIGHT: 22000.0, **SIM_DEFAULTS}
+    truth.update({k: v for k, v in (base or {}).items() if k in truth})
+    return truth
+
+
+def _cost_per_byte(x, sms, c_max, latency_us):
+    return np.maximum(c_max, latency_us / (np.asarray(x, dtype=float) * sms))
+
+
+def true_time_us(frame, truth: dict) -> np.ndarray:
+    c_max = 1 / (truth[dram_param("read")] * 1e3)  # us per byte
+    sms = np.asarray(frame["sm_count"], dtype=float)
+    latency_us = truth[IN_FLIGHT] * sms / 0.9 * c_max  # from x90 = 0.9 · latency / (c_max · SMs)
+    return truth["sim.occupancy.fixed_us"] + np.asarray(frame["size_bytes"], dtype=float) * _cost_per_byte(
+        in_flight(frame), sms, c_max, latency_us)
+
+
+def _model(xs, t0, c_max, latency_us):
+    x, sms, b = xs
+    return t0 + b * _cost_per_byte(x, sms, c_max, latency_us)
+
+
+def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
+    from scipy import stats
+    from scipy.optimize import curve_fit
+
+    g = frame[frame["experiment"] == EXPERIMENT]
+    if len(g) < 6:
+        return {}, {}
+    x, sms = in_flight(g), g["sm_count"].to_numpy(dtype=float)
+    b, t = g["size_bytes"].to_numpy(dtype=float), g["time_us"].to_numpy(dtype=float)
+    weights = g["n_samples"].to_numpy(dtype=float) / t**2
+    per_byte = t / b
+    c_max0 = float(np.min(per_byte))
+    slow = per_byte > 1.5 * c_max0
+    lat0 = float(np.median((per_byte * x * sms)[slow])) if slow.any() else c_max0 * float(np.median(x * sms))
+    try:
+        params, cov = curve_fit(_model, (x, sms, b), t, p0=[1.0, c_max0, lat0], sigma=1 / np.sqrt(weights),
+                                absolute_sigma=False, maxfev=20000)
+    except (RuntimeError, ValueError) as exc:
+        return {}, {"error": str(exc)}
+    t0, c_max, lat = params
+    s = float(np.median(sms))
+    x90 = 0.9 * lat / (c_max * s)
+    var_log = cov[2, 2] / lat**2 + cov[1, 1] / c_max**2 - 2 * cov[1, 2] / (lat * c_max)
+    dof = len(t) - 3
+    q = stats.t.ppf(0.975, dof)
+    se_log = math.sqrt(max(var_log, 0.0))
+    fitted = _model((x, sms, b), *params)
+    resid = (t - fitted) * np.sqrt(weights)
+    ybar = np.average(t, weights=weights)
+    r2 = 1 - float(np.sum(resid**2)) / float(np.sum(weights * (t - ybar) ** 2))
+    below = int(np.sum(x * s / lat < 1 / c_max))
+    flags = []
+    if below < 3 or len(t) - below < 3:
+        flags.append(f"{below} points below the knee and {len(t) - below} above: the knee is poorly located")
+    worst = float(np.max(np.abs(t - fitted) / fitted))
+    if worst > 0.05:
+        flags.append(f"the hinge misses by up to {worst:.0%}: the approach to the ceiling is gradual, so more "
+                     "bytes in flight than this are needed for 90%")
+    rec = {"value": float(x90), "ci95": [float(x90 * math.exp(-q * se_log)), float(x90 * math.exp(q * se_log))],
+           "unit": "bytes",
+           "n": int(len(t)), "method": "weighted NLS hinge (Little's law), delta-method CI on log x90",
+           "r2": float(r2), "flags": flags,
+           "diagnostics": {"latency_us": float(lat), "dram_ceiling_gbps": float(1e-3 / c_max), "t0_us": float(t0),
+                           "points_below_knee": below, "max_rel_miss": float(worst)}}
+    if source:
+        rec["source"] = source
+    return {IN_FLIGHT: rec}, {EXPERIMENT: {"x": x, "t": t, "b": b, "fitted": fitted, "params": params}}
+
+
+def plot(fits: dict, *, title: str, simulated: bool):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8), constrained_layout=True)
+    f = fits.get(EXPERIMENT)
+    if f is None:
+        return fig
+    order = np.argsort(f["x"])
+    ax.plot(f["x"] / 1024, f["b"] / f["t"] * 1e-3, "o", ms=4, label="measured")
+    ax.plot(f["x"][order] / 1024, (f["b"] / f["fitted"] * 1e-3)[order], "-", lw=1, label="Little's-law hinge")
+    ax.set(xscale="log", xlabel="bytes in flight per SM (KiB)", ylabel="achieved GB/s", title=title)
+    ax.legend(fontsize=8)
+    if simulated:
+        fig.suptitle("SIMULATED DEVICE: not a measurement of real hardware", color="crimson")
+    return fig
