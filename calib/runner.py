@@ -21,7 +21,7 @@ from .profile import merge_into, user_profiles_dir, utc_now
 
 # Every suite runs every notebook; the suite picks each notebook's grid (passed as `suite`).
 NOTEBOOKS = ["memory_bandwidth", "cache_hierarchy", "shared_memory", "occupancy", "launch_latency", "matmul_splitk",
-             "compute_throughput", "matmul_throughput", "reductions", "registers"]
+             "compute_throughput", "matmul_throughput", "reductions", "normalization_bandwidth", "registers"]
 SUITES = {"quick": NOTEBOOKS, "full": NOTEBOOKS}
 
 

@@ -49,8 +49,8 @@ def _calibrate_many(spec, seeds):
 def test_ci_coverage_and_bias_with_planted_truth(spec, fixture_path):
     spec = fixture_path(spec) if spec else None
     hits, z = _calibrate_many(spec, range(1000, 1000 + SEEDS))
-    # DRAM, L2, shared memory, bytes in flight, launch, split-K, FMA, matmul, reductions, registers
-    assert len(hits) == 19 + 3 + 1 + 1 + 3 + 1 + 1 + 3 + 2 + 2
+    # DRAM, L2, shared memory, bytes in flight, launch, split-K, FMA, matmul, reductions, normalization, registers
+    assert len(hits) == 19 + 3 + 1 + 1 + 3 + 1 + 1 + 3 + 2 + 3 + 2
 
     for name in BRACKETS:
         assert hits[name].all(), f"{name}: the bracket missed the planted threshold"

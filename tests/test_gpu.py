@@ -73,7 +73,9 @@ def test_short_sweep_fits_with_narrow_ci(backend, tmp_path):
     {"experiment": "reduction", "axis": "outer", "rows": 4096, "cols": 8192},
     {"experiment": "occupancy", "blocks_per_sm": 2, "unroll": 4, "width_bytes": 16, "threads": 256, "sm_count": 132,
      "size_bytes": 1 << 30},
-], ids=["overhead", "latency", "graph", "splitk", "fma", "l2", "smem", "matmul-fp16", "inner", "outer", "occupancy"])
+    {"experiment": "normalization", "width_bytes": 16, "rows": 16384, "cols": 4096},
+], ids=["overhead", "latency", "graph", "splitk", "fma", "l2", "smem", "matmul-fp16", "inner", "outer", "occupancy",
+        "softmax"])
 def test_other_calibrations_measure(backend, config):
     [m] = backend.measure([config])
     assert not isinstance(m, Exception), m

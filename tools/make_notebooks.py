@@ -219,6 +219,17 @@ REDUCTIONS = timed_notebook(
     "Both are memory-bound; how far each falls below `memory.dram.read_bandwidth_gbps` is what a "
     "reduction scheduler pays for the axis it reduces along.")
 
+NORMALIZATION = timed_notebook(
+    "normalization_bandwidth", "normalization", "Normalization load bandwidth by access width",
+    "A persistent softmax (rows of 4096 fp32 values held in registers, 16 per thread of a 256-thread "
+    "block) over row counts far beyond L2, loading and storing 4, 8 or 16 bytes per access; "
+    "`t = t0 + bytes / bandwidth` (bytes read plus written) gives `normalization.load_bandwidth_gbps.alignN`.",
+    [("normalization.load_bandwidth_gbps.align4", "GB moved", 1e9),
+     ("normalization.load_bandwidth_gbps.align8", "GB moved", 1e9),
+     ("normalization.load_bandwidth_gbps.align16", "GB moved", 1e9)],
+    "The ratio between the widths is what a normalization heuristic weighs when the row length or "
+    "alignment forbids the widest vector loads.")
+
 CACHE_HIERARCHY = [
     new_markdown_cell("""# The L2: capacity and read bandwidth
 
@@ -316,6 +327,7 @@ spills to local memory and the persistent schedule loses its point."""),
 
 NOTEBOOKS = {"memory_bandwidth": MEMORY_BANDWIDTH, "cache_hierarchy": CACHE_HIERARCHY, "shared_memory": SHARED_MEMORY,
              "occupancy": OCCUPANCY, "matmul_throughput": MATMUL_THROUGHPUT, "reductions": REDUCTIONS,
+             "normalization_bandwidth": NORMALIZATION,
              "launch_latency": LAUNCH_LATENCY,
              "matmul_splitk": MATMUL_SPLITK, "compute_throughput": COMPUTE_THROUGHPUT, "registers": REGISTERS}
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from .._optional import require
-from ..experiments import cache, compute, dram, launch as launch_costs, matmul, occupancy, reduction, shared, splitk
+from ..experiments import (cache, compute, dram, launch as launch_costs, matmul, normalization, occupancy, reduction,
+                           shared, splitk)
 from . import cupy_runners
 from ..fingerprint import software_fingerprint
 from ..nvml import ClockReader, merge_readings
@@ -282,7 +283,8 @@ class CupyBackend(Backend):
                   compute.EXPERIMENT: cupy_runners.fma, cache.EXPERIMENT: cupy_runners.l2,
                   shared.EXPERIMENT: cupy_runners.smem, matmul.EXPERIMENT: cupy_runners.matmul,
                   reduction.EXPERIMENT: cupy_runners.reduction,
-                  occupancy.EXPERIMENT: cupy_runners.occupancy}.get(config.get("experiment"))
+                  occupancy.EXPERIMENT: cupy_runners.occupancy,
+                  normalization.EXPERIMENT: cupy_runners.normalization}.get(config.get("experiment"))
         if runner is not None:
             return runner(self, config)
         if config.get("experiment") != dram.EXPERIMENT:

@@ -228,6 +228,38 @@ def occupancy(b, config: dict) -> Measurement:
     return b.time_launches(b._launcher("read", width, perf, size, src, dst), perf_config=perf)
 
 
+def normalization(b, config: dict) -> Measurement:
+    """Persistent softmax rows at an access width, checked against CuPy before timing."""
+    cp = b.cp
+    width, rows, cols = int(config["width_bytes"]), int(config["rows"]), int(config["cols"])
+    if cols != 16 * THREADS or width not in (4, 8, 16):
+        raise UnsupportedConfig("the softmax kernel is compiled for rows of 4096 floats and 4, 8 or 16-byte access")
+    if "softmax" not in b._modules:
+        b._modules["softmax"] = cp.RawModule(code=(KERNELS / "persistent.cu").read_text(), options=("-std=c++17",),
+                                             name_expressions=[f"softmax_rows<16,{v}>" for v in (1, 2, 4)])
+    kernel = b._modules["softmax"].get_function(f"softmax_rows<16,{width // 4}>")
+    key = ("normalization", rows, cols)
+    if b._buffer_size != key:
+        b.release_buffers()
+        b.check_free(2 * 2 * 4 * rows * cols)
+        b._buffers.update(src=[cp.random.standard_normal((rows, cols), dtype=cp.float32) for _ in range(2)],
+                          dst=[cp.empty((rows, cols), dtype=cp.float32) for _ in range(2)])
+        b._buffer_size = key
+    src, dst = b._buffers["src"], b._buffers["dst"]
+    grid, block = (rows,), (THREADS,)
+    dst[0].fill(cp.nan)
+    kernel(grid, block, (src[0], dst[0]), stream=b.stream)
+    b.stream.synchronize()
+    x = src[0][:256].astype(cp.float64)
+    ref = cp.exp(x - x.max(axis=1, keepdims=True))
+    ref /= ref.sum(axis=1, keepdims=True)
+    err = float(cp.linalg.norm(dst[0][:256] - ref) / cp.linalg.norm(ref))
+    if not err < 1e-4:
+        raise RuntimeError(f"softmax_rows<16,{width // 4}> is wrong: relative error {err:.2e}")
+    return b.time_launches(lambda i: kernel(grid, block, (src[i % 2], dst[i % 2]), stream=b.stream),
+                           perf_config={"threads": THREADS, "elements_per_thread": 16, "access_bytes": width})
+
+
 def fma(b, config: dict) -> Measurement:
     if config.get("ilp") != 8 or config.get("dtype") != "fp32":
         raise UnsupportedConfig("the FMA kernel is compiled for fp32 with 8 chains")

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..experiments import cache, compute, dram, launch, matmul, occupancy, reduction, registers, shared, splitk
+from ..experiments import (cache, compute, dram, launch, matmul, normalization, occupancy, reduction, registers,
+                           shared, splitk)
 from ..fingerprint import software_fingerprint
 from ..timing import Measurement, StoppingRule
 from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
@@ -37,7 +38,8 @@ from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
 DEFAULT_DEVICE = {"sm_count": 132, "l2_bytes": 60 * 2**20, "memory_bytes": 143771 * 2**20}
 DEFAULT_NOISE = {"rel_sd": 0.01, "outlier_rate": 0.01, "outlier_scale": 1.0, "seed": 0}
 # One entry per experiment module: its true-time model and its H200-like defaults.
-MODELS = {m.EXPERIMENT: m for m in (dram, cache, shared, occupancy, launch, splitk, compute, matmul, reduction)}
+MODELS = {m.EXPERIMENT: m for m in (dram, cache, shared, occupancy, launch, splitk, compute, matmul, reduction,
+                                    normalization)}
 
 
 class SimSpecError(ValueError):

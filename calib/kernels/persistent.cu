@@ -47,3 +47,46 @@ __global__ void persistent_softmax(const float* __restrict__ in, float* __restri
 #pragma unroll
     for (int i = 0; i < N; ++i) out[base + (unsigned long long)i * blockDim.x] = v[i] * inv;
 }
+
+// The same persistent softmax over rows of E*blockDim.x floats, loading and storing VEC floats at
+// a time (4, 8 or 16 bytes per access): the access width a normalization scheduler chooses.
+template <int VEC> struct vec_of;
+template <> struct vec_of<1> { typedef float t; };
+template <> struct vec_of<2> { typedef float2 t; };
+template <> struct vec_of<4> { typedef float4 t; };
+
+template <int E, int VEC>
+__global__ void softmax_rows(const float* __restrict__ in, float* __restrict__ out) {
+    typedef typename vec_of<VEC>::t V;
+    const unsigned long long row = (unsigned long long)blockIdx.x * E * blockDim.x;
+    const V* src = reinterpret_cast<const V*>(in + row);
+    V* dst = reinterpret_cast<V*>(out + row);
+    float v[E];
+    float m = -3.0e38f;
+#pragma unroll
+    for (int i = 0; i < E / VEC; ++i) {
+        const V x = src[i * blockDim.x + threadIdx.x];
+        const float* f = reinterpret_cast<const float*>(&x);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            v[i * VEC + j] = f[j];
+            m = fmaxf(m, f[j]);
+        }
+    }
+    m = block_reduce<true>(m);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+        v[i] = __expf(v[i] - m);
+        s += v[i];
+    }
+    const float inv = 1.0f / block_reduce<false>(s);
+#pragma unroll
+    for (int i = 0; i < E / VEC; ++i) {
+        V x;
+        float* f = reinterpret_cast<float*>(&x);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] = v[i * VEC + j] * inv;
+        dst[i * blockDim.x + threadIdx.x] = x;
+    }
+}
