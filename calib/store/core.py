@@ -3,7 +3,7 @@
 SQLite (WAL, foreign keys, a busy timeout) is the embedded default; PostgreSQL serves a fleet
 through ``CALIB_DB_URL``. Opening a database brings its schema to the current migration (under a
 lock, so that eight workers starting at once migrate it once). Workers claim jobs with one
-``UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING`` statement, which SQLite
+``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING`` statement, which SQLite
 runs atomically under its write lock, so no job is ever handed to two workers.
 """
 
