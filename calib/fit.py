@@ -228,6 +228,22 @@ def fit_timed(group, x, *, robust: bool = False) -> LinearTimeFit:
                            se_us=group["se_us"].to_numpy() if "se_us" in group else None, robust=robust)
 
 
+def fit_rates(frame, experiment: str, *, work, name, scale: float, unit: str, by: str | list | None = None,
+              robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
+    """``t = t0 + work / rate`` per group of ``by`` (or once) over a sweep frame's rows of
+    ``experiment``: rate records and fits keyed by ``name(group)`` (or ``name``)."""
+    frame = frame[frame["experiment"] == experiment] if len(frame) else frame
+    groups = frame.groupby(by) if by else [(None, frame)]
+    records, fits = {}, {}
+    for key, g in groups:
+        if len(g) < 3:
+            continue
+        param = name(key) if by else name
+        fits[param] = f = fit_timed(g, work(g), robust=robust)
+        records[param] = f.rate_record(scale, unit, source=source)
+    return records, fits
+
+
 def _diagnose(fit: LinearTimeFit, design: np.ndarray, weights: np.ndarray):
     """Fill ``fit.flags``/``fit.diagnostics``: low R², curvature, runs of residual signs, outliers."""
     import statsmodels.api as sm

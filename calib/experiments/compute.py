@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_timed
+from ..fit import fit_rates
 
 EXPERIMENT = "fma"
 FP32 = "compute.fp32.fma_tflops"
@@ -47,8 +47,4 @@ def true_time_us(frame, truth: dict) -> np.ndarray:
 
 
 def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
-    g = frame[frame["experiment"] == EXPERIMENT]
-    if len(g) < 3:
-        return {}, {}
-    f = fit_timed(g, flops(g), robust=robust)
-    return {FP32: f.rate_record(1e12, "TFLOP/s", source=source)}, {FP32: f}
+    return fit_rates(frame, EXPERIMENT, work=flops, name=FP32, scale=1e12, unit="TFLOP/s", robust=robust, source=source)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_timed
+from ..fit import fit_rates
 
 EXPERIMENT = "dram"
 KINDS = ("read", "write", "copy")
@@ -96,20 +96,16 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
 
     Returns ``(records, fits)``: profile records by parameter name, and the LinearTimeFit behind
     each bandwidth record (for residual plots)."""
-    frame = frame[frame["experiment"] == EXPERIMENT]
-    records, fits = {}, {}
-    for (kind, width), group in frame.groupby(["kind", "width_bytes"], sort=True):
-        if len(group) < 3:
-            continue
-        f = fit_timed(group, bytes_moved(group["kind"], group["size_bytes"]), robust=robust)
-        name = param_name(kind, int(width))
-        fits[name] = f
-        records[name] = f.rate_record(BYTES_PER_GB, "GB/s", source=source)
-        if int(width) == REFERENCE_WIDTH:
-            records[param_name(kind)] = dict(records[name])
-            fits[param_name(kind)] = f
-            if kind == "read":
-                records[FIXED_COST] = f.intercept_record("us", source=source)
+    records, fits = fit_rates(frame, EXPERIMENT, work=lambda g: bytes_moved(g["kind"], g["size_bytes"]),
+                              name=lambda key: param_name(key[0], int(key[1])), by=["kind", "width_bytes"],
+                              scale=BYTES_PER_GB, unit="GB/s", robust=robust, source=source)
+    for kind in KINDS:
+        reference = param_name(kind, REFERENCE_WIDTH)
+        if reference in records:
+            records[param_name(kind)], fits[param_name(kind)] = dict(records[reference]), fits[reference]
+    read = fits.get(param_name("read", REFERENCE_WIDTH))
+    if read is not None:
+        records[FIXED_COST] = read.intercept_record("us", source=source)
     return records, fits
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_timed
+from ..fit import fit_rates
 
 EXPERIMENT = "matmul"
 DTYPES = ("fp16", "bf16", "tf32")
@@ -52,12 +52,5 @@ def true_time_us(frame, truth: dict) -> np.ndarray:
 
 
 def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
-    frame = frame[frame["experiment"] == EXPERIMENT]
-    records, fits = {}, {}
-    for dtype, g in frame.groupby("dtype"):
-        if len(g) < 3:
-            continue
-        f = fit_timed(g, flops(g), robust=robust)
-        fits[param_name(dtype)] = f
-        records[param_name(dtype)] = f.rate_record(1e12, "TFLOP/s", source=source)
-    return records, fits
+    return fit_rates(frame, EXPERIMENT, work=flops, name=param_name, by="dtype", scale=1e12, unit="TFLOP/s",
+                     robust=robust, source=source)

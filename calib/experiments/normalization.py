@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_timed
+from ..fit import fit_rates
 
 EXPERIMENT = "normalization"
 WIDTHS = (4, 8, 16)
@@ -50,12 +50,5 @@ def true_time_us(frame, truth: dict) -> np.ndarray:
 
 
 def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
-    frame = frame[frame["experiment"] == EXPERIMENT]
-    records, fits = {}, {}
-    for width, g in frame.groupby("width_bytes"):
-        if len(g) < 3:
-            continue
-        name = param_name(int(width))
-        fits[name] = f = fit_timed(g, bytes_moved(g), robust=robust)
-        records[name] = f.rate_record(1e9, "GB/s", source=source)
-    return records, fits
+    return fit_rates(frame, EXPERIMENT, work=bytes_moved, name=lambda w: param_name(int(w)), by="width_bytes",
+                     scale=1e9, unit="GB/s", robust=robust, source=source)

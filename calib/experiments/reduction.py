@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_timed
+from ..fit import fit_rates
 
 EXPERIMENT = "reduction"
 AXES = ("inner", "outer")
@@ -49,12 +49,5 @@ def true_time_us(frame, truth: dict) -> np.ndarray:
 
 
 def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
-    frame = frame[frame["experiment"] == EXPERIMENT]
-    records, fits = {}, {}
-    for axis, g in frame.groupby("axis"):
-        if len(g) < 3:
-            continue
-        f = fit_timed(g, bytes_read(g), robust=robust)
-        fits[param_name(axis)] = f
-        records[param_name(axis)] = f.rate_record(1e9, "GB/s", source=source)
-    return records, fits
+    return fit_rates(frame, EXPERIMENT, work=bytes_read, name=param_name, by="axis", scale=1e9, unit="GB/s",
+                     robust=robust, source=source)

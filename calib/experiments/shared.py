@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_timed
+from ..fit import fit_rates
 
 EXPERIMENT = "smem"
 BANDWIDTH = "memory.shared.bandwidth_gbps"
@@ -45,8 +45,5 @@ def true_time_us(frame, truth: dict) -> np.ndarray:
 
 
 def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
-    g = frame[frame["experiment"] == EXPERIMENT]
-    if len(g) < 3:
-        return {}, {}
-    f = fit_timed(g, bytes_read(g), robust=robust)
-    return {BANDWIDTH: f.rate_record(1e9, "GB/s", source=source)}, {BANDWIDTH: f}
+    return fit_rates(frame, EXPERIMENT, work=bytes_read, name=BANDWIDTH, scale=1e9, unit="GB/s", robust=robust,
+                     source=source)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fit import fit_timed
+from ..fit import fit_rates
 
 EXPERIMENT = "splitk"
 RATE = "matmul.splitk.elements_reduced_per_second"
@@ -44,8 +44,5 @@ def true_time_us(frame, truth: dict) -> np.ndarray:
 
 
 def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
-    g = frame[frame["experiment"] == EXPERIMENT]
-    if len(g) < 3:
-        return {}, {}
-    f = fit_timed(g, elements(g), robust=robust)
-    return {RATE: f.rate_record(1.0, "elements/s", source=source)}, {RATE: f}
+    return fit_rates(frame, EXPERIMENT, work=elements, name=RATE, scale=1.0, unit="elements/s", robust=robust,
+                     source=source)
