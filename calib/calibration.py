@@ -67,8 +67,20 @@ class Calibration:
         return f"{text} (SIMULATED DEVICE)" if self.simulated else f"{text} on {self.device.get('name')}"
 
     def save_figure(self, fig, name: str) -> Path:
+        """Save the figure beside the run's data and show that same PNG in the notebook: rendering
+        once instead of twice (file and inline output) halves the plotting time of a run."""
+        import matplotlib.pyplot as plt
+
         path = self.output_dir / f"{name}.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        try:
+            from IPython import get_ipython
+            from IPython.display import Image, display
+        except ImportError:
+            return path
+        if get_ipython() is not None:
+            display(Image(filename=str(path)))
         return path
 
     def write_fragment(self, records: dict, *, source: str) -> Path:
