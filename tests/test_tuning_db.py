@@ -238,3 +238,35 @@ def test_winners_view_and_tsv_round_trip(db_url, tmp_path):
     bad.write_text(lines[0] + "\n" + lines[1] + "\nsim\t132\tX\t{not json}\t{}\t1.0\n")
     with pytest.raises(StoreError, match="line 3"):
         import_tsv(other, bad)
+
+
+@pytest.mark.slow
+def test_sweep_waits_for_two_workers_then_status_and_winners(tmp_path):
+    """The fleet path end to end through the CLI: `calib sweep --wait` enqueues and waits, two
+    `calib worker` processes drain the jobs, `calib status` counts them, winners export."""
+    url = sqlite_url(tmp_path / "fleet.sqlite")
+    env = {**os.environ, "CALIB_DB_URL": url}
+    sweep = subprocess.Popen([sys.executable, "-m", "calib", "sweep", "--backend", "sim", "--label", "fleet",
+                              "--wait", "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)
+    store = Store(url)
+    deadline = time.time() + 60
+    while not store.counts() and time.time() < deadline:
+        time.sleep(0.2)
+    workers = [subprocess.Popen([sys.executable, "-m", "calib", "worker", "--backend", "sim", "--exit-when-empty",
+                                 "--batch", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+               for _ in range(2)]
+    outs = [w.communicate(timeout=300) for w in workers]
+    out, err = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0, err[-2000:]
+    assert "120 points: 120 measured now, 0 already done" in out
+    done = [int(o.strip().splitlines()[-1].split(": ")[1].split(" completed")[0]) for o, _ in outs]
+    assert sum(done) == 120
+    status = subprocess.run([sys.executable, "-m", "calib", "status"], capture_output=True, text=True, env=env,
+                            timeout=60)
+    row = [line for line in status.stdout.splitlines() if line.rstrip().endswith("fleet")][0].split()
+    assert row[-7:-1] == ["0", "0", "120", "0", "0", "0"]  # new, running, completed, failed, timed out, skipped
+    tsv = tmp_path / "w.tsv"
+    exported = subprocess.run([sys.executable, "-m", "calib", "winners", "export", str(tsv)], capture_output=True,
+                              text=True, env=env, timeout=60)
+    assert exported.returncode == 0 and "wrote 120 winners" in exported.stdout
