@@ -34,6 +34,11 @@ ROTATION = 2
 WARMUP_LAUNCHES = 3
 TUNE_SAMPLES = 15
 FREE_MEMORY_MARGIN = 0.9
+# Every calibration but DRAM (whose tuning lives in this class) has its runner in cupy_runners.
+RUNNERS = {launch_costs.EXPERIMENT: cupy_runners.launch, splitk.EXPERIMENT: cupy_runners.splitk,
+           compute.EXPERIMENT: cupy_runners.fma, cache.EXPERIMENT: cupy_runners.l2, shared.EXPERIMENT: cupy_runners.smem,
+           matmul.EXPERIMENT: cupy_runners.matmul, reduction.EXPERIMENT: cupy_runners.reduction,
+           occupancy.EXPERIMENT: cupy_runners.occupancy, normalization.EXPERIMENT: cupy_runners.normalization}
 
 
 class CupyBackend(Backend):
@@ -61,10 +66,10 @@ class CupyBackend(Backend):
         except Exception:
             pass
         self.clocks = ClockReader(pci, device)
-        self._modules: dict[tuple, object] = {}
+        self._modules: dict = {}  # compiled RawModules by (kind, width) or by name
         self._perf: dict[tuple, dict] = {}
         self._buffers: dict[str, object] = {}
-        self._buffer_size = None
+        self._buffer_key = None
         self._sink = None
         self._verified = False
 
@@ -154,7 +159,7 @@ class CupyBackend(Backend):
         """Sources filled with random data (never zeros), destinations uninitialized; kept for
         consecutive points of the same size, the sweep's order."""
         cp = self.cp
-        if self._buffer_size == size_bytes:
+        if self._buffer_key == size_bytes:
             return self._buffers["src"], self._buffers["dst"]
         self.release_buffers()
         self.check_free(2 * ROTATION * size_bytes)
@@ -164,7 +169,7 @@ class CupyBackend(Backend):
             dst = [cp.empty(size_bytes, dtype=cp.uint8) for _ in range(ROTATION)]
         cp.cuda.Device().synchronize()
         self._buffers.update(src=src, dst=dst)
-        self._buffer_size = size_bytes
+        self._buffer_key = size_bytes
         return src, dst
 
     def verify_kernels(self, n_bytes: int = 3 * 2**20 + 48):
@@ -254,7 +259,7 @@ class CupyBackend(Backend):
 
     def release_buffers(self):
         self._buffers.clear()
-        self._buffer_size = None
+        self._buffer_key = None
         self.cp.get_default_memory_pool().free_all_blocks()
 
     def check_free(self, need: int):
@@ -279,12 +284,7 @@ class CupyBackend(Backend):
         return out
 
     def _measure_one(self, config: dict) -> Measurement:
-        runner = {launch_costs.EXPERIMENT: cupy_runners.launch, splitk.EXPERIMENT: cupy_runners.splitk,
-                  compute.EXPERIMENT: cupy_runners.fma, cache.EXPERIMENT: cupy_runners.l2,
-                  shared.EXPERIMENT: cupy_runners.smem, matmul.EXPERIMENT: cupy_runners.matmul,
-                  reduction.EXPERIMENT: cupy_runners.reduction,
-                  occupancy.EXPERIMENT: cupy_runners.occupancy,
-                  normalization.EXPERIMENT: cupy_runners.normalization}.get(config.get("experiment"))
+        runner = RUNNERS.get(config.get("experiment"))
         if runner is not None:
             return runner(self, config)
         if config.get("experiment") != dram.EXPERIMENT:

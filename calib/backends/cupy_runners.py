@@ -75,12 +75,12 @@ def splitk(b, config: dict) -> Measurement:
     mn, splits = int(config["mn"]), int(config["splits"])
     kernel = _small_module(b).get_function("splitk_reduce")
     key = ("splitk", mn, splits)
-    if b._buffer_size != key:
+    if b._buffer_key != key:
         b.release_buffers()
         b.check_free(2 * 4 * mn * (splits + 1))
         b._buffers.update(src=[cp.random.random(splits * mn, dtype=cp.float32) for _ in range(2)],
                           dst=[cp.empty(mn, dtype=cp.float32) for _ in range(2)])
-        b._buffer_size = key
+        b._buffer_key = key
     src, dst = b._buffers["src"], b._buffers["dst"]
     grid, block = (b.sm_count * 8,), (THREADS,)
     kernel(grid, block, (src[0], dst[0], np.uint64(mn), np.int32(splits)), stream=b.stream)
@@ -99,11 +99,11 @@ def l2(b, config: dict) -> Measurement:
     cp = b.cp
     w, passes = int(config["working_set_bytes"]), int(config["passes"])
     key = ("l2", w)
-    if b._buffer_size != key:
+    if b._buffer_key != key:
         b.release_buffers()
         b.check_free(w)
         b._buffers.update(src=[cp.random.random(w // 4, dtype=cp.float32)])
-        b._buffer_size = key
+        b._buffer_key = key
     kernel = _small_module(b).get_function("l2_read")
     src = b._buffers["src"][0]
     grid, block = (b.sm_count * 8,), (THREADS,)
@@ -144,13 +144,13 @@ def matmul(b, config: dict) -> Measurement:
     else:
         raise UnsupportedConfig(f"no matmul for {dtype_name!r}")
     key = ("matmul", dtype_name, m, n, k)
-    if b._buffer_size != key:
+    if b._buffer_key != key:
         b.release_buffers()
         b.check_free(2 * (m * k + k * n + m * n) * cp.dtype(dtype).itemsize)
         b._buffers.update(src=[(cp.random.standard_normal((m, k), dtype=cp.float32).astype(dtype),
                                 cp.random.standard_normal((k, n), dtype=cp.float32).astype(dtype)) for _ in range(2)],
                           dst=[cp.empty((m, n), dtype=dtype) for _ in range(2)])
-        b._buffer_size = key
+        b._buffer_key = key
         a, bb = b._buffers["src"][0]
         ref = a[:64].astype(cp.float64) @ bb.astype(cp.float64)
         cp.matmul(a, bb, out=b._buffers["dst"][0])
@@ -175,12 +175,12 @@ def reduction(b, config: dict) -> Measurement:
         raise UnsupportedConfig("the reduction kernels need cols to be a multiple of 1024")
     mod = _small_module(b)
     key = ("reduction", rows, cols)
-    if b._buffer_size != key:
+    if b._buffer_key != key:
         b.release_buffers()
         b.check_free(2 * 4 * rows * cols)
         b._buffers.update(src=[cp.random.random((rows, cols), dtype=cp.float32) for _ in range(2)],
                           dst=[cp.zeros(max(rows, cols), dtype=cp.float32) for _ in range(2)])
-        b._buffer_size = key
+        b._buffer_key = key
     src, dst = b._buffers["src"], b._buffers["dst"]
     if axis == "inner":
         kernel = mod.get_function("reduce_inner")
@@ -239,12 +239,12 @@ def normalization(b, config: dict) -> Measurement:
                                              name_expressions=[f"softmax_rows<16,{v}>" for v in (1, 2, 4)])
     kernel = b._modules["softmax"].get_function(f"softmax_rows<16,{width // 4}>")
     key = ("normalization", rows, cols)
-    if b._buffer_size != key:
+    if b._buffer_key != key:
         b.release_buffers()
         b.check_free(2 * 2 * 4 * rows * cols)
         b._buffers.update(src=[cp.random.standard_normal((rows, cols), dtype=cp.float32) for _ in range(2)],
                           dst=[cp.empty((rows, cols), dtype=cp.float32) for _ in range(2)])
-        b._buffer_size = key
+        b._buffer_key = key
     src, dst = b._buffers["src"], b._buffers["dst"]
     grid, block = (rows,), (THREADS,)
     dst[0].fill(cp.nan)
