@@ -267,7 +267,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line_warning(message, category, filename, lineno, line=None):
+    return f"calib: warning: {message}\n"
+
+
 def main(argv=None) -> int:
+    # On the command line a warning is a message to the user, not a pointer into calib's source.
+    warnings.formatwarning = _one_line_warning
     args = build_parser().parse_args(argv)
     return args.func(args)
 
