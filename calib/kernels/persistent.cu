@@ -49,7 +49,10 @@ __global__ void persistent_softmax(const float* __restrict__ in, float* __restri
 }
 
 // The same persistent softmax over rows of E*blockDim.x floats, loading and storing VEC floats at
-// a time (4, 8 or 16 bytes per access): the access width a normalization scheduler chooses.
+// a time (4, 8 or 16 bytes per access): the access width a normalization scheduler chooses. It is
+// not the registers calibration's kernel too: with large E this one spills where persistent_softmax
+// keeps its buffer in registers (nvcc 13.0, sm_90: E=200 spills 1.8 KB here, none there), so the
+// two stay separate.
 template <int VEC> struct vec_of;
 template <> struct vec_of<1> { typedef float t; };
 template <> struct vec_of<2> { typedef float2 t; };
