@@ -204,10 +204,7 @@ def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False
     icpt_ci = (params[0] - q * bse[0], params[0] + q * bse[0])
     slope_ci = ((params[1] - q * bse[1]) / scale, (params[1] + q * bse[1]) / scale)
 
-    ybar = np.average(t_us, weights=weights)
-    ss_tot = float(np.sum(weights * (t_us - ybar) ** 2))
-    ss_res = float(np.sum(resid_w**2))
-    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")
+    r2 = weighted_r2(t_us, weighted_residuals=resid_w, weights=weights)
     std_resid = resid_w / scale_est if scale_est > 0 else np.zeros_like(resid_w)
 
     fit = LinearTimeFit(x=x, t_us=t_us, weights=weights, method=method, intercept_us=float(params[0]),
@@ -218,6 +215,13 @@ def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False
     if se_us is not None:
         _lack_of_fit(fit, np.asarray(se_us, dtype=float))
     return fit
+
+
+def weighted_r2(t_us, *, weighted_residuals, weights) -> float:
+    """R² of a weighted fit: weighted residual sum of squares against the weighted spread of t."""
+    t_us = np.asarray(t_us, dtype=float)
+    ss_tot = float(np.sum(weights * (t_us - np.average(t_us, weights=weights)) ** 2))
+    return 1.0 - float(np.sum(np.asarray(weighted_residuals) ** 2)) / ss_tot if ss_tot > 0 else float("nan")
 
 
 def fit_timed(group, x, *, robust: bool = False) -> LinearTimeFit:

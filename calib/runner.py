@@ -20,9 +20,9 @@ from .calibration import SIMULATED_BANNER, read_fragment
 from .profile import merge_into, user_profiles_dir, utc_now
 
 # Every suite runs every notebook; the suite picks each notebook's grid (passed as `suite`).
+SUITES = ("quick", "full")
 NOTEBOOKS = ["memory_bandwidth", "cache_hierarchy", "shared_memory", "occupancy", "launch_latency", "matmul_splitk",
              "compute_throughput", "matmul_throughput", "reductions", "normalization_bandwidth", "registers"]
-SUITES = {"quick": NOTEBOOKS, "full": NOTEBOOKS}
 
 
 class RunError(RuntimeError):
@@ -58,7 +58,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     papermill = require("papermill", "calib run")
     t_start = time.perf_counter()
     if suite not in SUITES:
-        raise RunError(f"unknown suite {suite!r}: choose one of {sorted(SUITES)}")
+        raise RunError(f"unknown suite {suite!r}: choose one of {', '.join(SUITES)}")
     name, why = resolve_backend_name(backend, device)
     if name == "sim":
         spec_text = f"spec {sim_spec}" if sim_spec else "built-in H200-like spec"
@@ -72,7 +72,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     run_dir.mkdir(parents=True, exist_ok=True)
     run_dir = run_dir.resolve()
     label = f"run:{run_dir}"
-    names = notebooks or SUITES[suite]
+    names = notebooks or NOTEBOOKS
     echo(f"run folder: {run_dir}")
 
     base_params = {"backend": name, "device": device, "suite": suite, "output_dir": str(run_dir),

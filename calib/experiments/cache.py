@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from ..fit import weighted_r2
+
 EXPERIMENT = "l2"
 CAPACITY = "memory.l2.capacity_bytes"
 RAMP_END = "memory.l2.capacity_bytes.ramp_end"
@@ -127,9 +129,7 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
 
 def _records(h: HingeFit, source, robust) -> dict:
     method = "weighted NLS hinge t = t0 + bytes·c(log2 W), Wald CI" + (" (robust option ignored)" if robust else "")
-    ss_res = float(np.sum(h.resid**2))
-    ybar = np.average(h.t_us, weights=h.weights)
-    r2 = 1 - ss_res / float(np.sum(h.weights * (h.t_us - ybar) ** 2))
+    r2 = weighted_r2(h.t_us, weighted_residuals=h.resid, weights=h.weights)
     flags = []
     if not np.all(np.isfinite(h.se)):
         flags.append("covariance not estimable: the ramp is not resolved by the grid")

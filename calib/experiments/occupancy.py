@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from ..fit import weighted_r2
 from .dram import param_name as dram_param
 
 EXPERIMENT = "occupancy"
@@ -98,8 +99,7 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
     se_log = math.sqrt(max(var_log, 0.0))
     fitted = _model((x, sms, b), *params)
     resid = (t - fitted) * np.sqrt(weights)
-    ybar = np.average(t, weights=weights)
-    r2 = 1 - float(np.sum(resid**2)) / float(np.sum(weights * (t - ybar) ** 2))
+    r2 = weighted_r2(t, weighted_residuals=resid, weights=weights)
     below = int(np.sum(x * s / lat < 1 / c_max))
     flags = []
     if below < 3 or len(t) - below < 3:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import case, create_engine, event, func, literal, select, text, update
@@ -177,44 +178,38 @@ class Store:
                                  "copy it somewhere writable or point CALIB_DB_URL elsewhere") from None
             raise StoreError(f"cannot migrate results database {self.url} to schema {head}: {message}") from None
 
+    @contextmanager
     def _migration_lock(self):
         """One migrator at a time: PostgreSQL's advisory lock, a lock file beside a SQLite file."""
-        store = self
+        conn = self.engine.connect()
+        file_lock = None
+        try:
+            if self.dialect == "postgresql":
+                conn.execute(text("SELECT pg_advisory_lock(7254061)"))
+                conn.commit()
+            elif self.dialect == "sqlite":
+                # Batch migrations rebuild tables; SQLite checks foreign keys per statement unless
+                # told not to, which it only takes outside a transaction.
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
+                path = self.engine.url.database
+                if path and path != ":memory:" and not path.startswith("file:"):
+                    from filelock import FileLock
 
-        class _Lock:
-            def __enter__(self):
-                self.conn = store.engine.connect()
-                self.file_lock = None
-                if store.dialect == "postgresql":
-                    self.conn.execute(text("SELECT pg_advisory_lock(7254061)"))
-                    self.conn.commit()
-                elif store.dialect == "sqlite":
-                    # Batch migrations rebuild tables; SQLite checks foreign keys per statement
-                    # unless told not to, which it only takes outside a transaction.
-                    self.conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
-                    path = store.engine.url.database
-                    if path and path != ":memory:" and not path.startswith("file:"):
-                        from filelock import FileLock
-
-                        self.file_lock = FileLock(path + ".migrate.lock", timeout=120)
-                        self.file_lock.acquire()
-                return self.conn
-
-            def __exit__(self, *exc):
-                try:
-                    if store.dialect == "postgresql":
-                        self.conn.rollback()
-                        self.conn.execute(text("SELECT pg_advisory_unlock(7254061)"))
-                        self.conn.commit()
-                    elif store.dialect == "sqlite":
-                        self.conn.rollback()
-                        self.conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
-                finally:
-                    self.conn.close()
-                    if self.file_lock:
-                        self.file_lock.release()
-
-        return _Lock()
+                    file_lock = FileLock(path + ".migrate.lock", timeout=120)
+                    file_lock.acquire()
+            yield conn
+        finally:
+            try:
+                conn.rollback()
+                if self.dialect == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_unlock(7254061)"))
+                    conn.commit()
+                elif self.dialect == "sqlite":
+                    conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")
+            finally:
+                conn.close()
+                if file_lock:
+                    file_lock.release()
 
     # -- sessions ---------------------------------------------------------------------------
     def open_session(self, label: str, device: dict, software: dict, *, reason: str | None = None,
