@@ -103,6 +103,9 @@ def main(argv=None) -> int:
              f"fixed cost {memcpy_fit.intercept_us:.2f} us, flags: {memcpy['flags'] or 'none'}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
+    nb_wall = json.loads((out / "run" / "run.json").read_text()).get("notebook_wall_s", {})
+    lines += ["", "Wall time per notebook (s, kernel start included): "
+              + ", ".join(f"{nb} {s:.1f}" for nb, s in nb_wall.items())]
     lines += ["", "Bandwidths (unqualified) with a CI wider than ±0.5% (target: none): " + (", ".join(wide) or "none")]
     if result.failed:
         lines += ["", "Notebooks that failed: " + "; ".join(f"{nb}: {why}" for nb, why in result.failed)]

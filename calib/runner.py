@@ -79,11 +79,13 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
                    "sim_spec": str(Path(sim_spec).resolve()) if sim_spec else None, "label": label,
                    **(parameters or {})}
     failed = []
+    notebook_wall_s = {}
     for i, nb in enumerate(names, 1):
         source = notebooks_dir() / f"{nb}.ipynb"
         if not source.is_file():
             raise RunError(f"no notebook {source}")
         output = run_dir / f"{nb}.ipynb"
+        t_nb = time.perf_counter()
         try:
             papermill.execute_notebook(str(source), str(output), parameters=base_params, cwd=str(run_dir),
                                        kernel_name="python3", progress_bar={"desc": f"[{i}/{len(names)}] {nb}"}
@@ -91,6 +93,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
         except papermill.PapermillExecutionError as exc:
             failed.append((nb, f"{exc.ename}: {exc.evalue}"))
             echo(f"notebook {nb} failed: {exc.ename}: {exc.evalue} (see {output})")
+        notebook_wall_s[nb] = round(time.perf_counter() - t_nb, 2)
 
     fragments = []
     for nb in names:
@@ -115,7 +118,8 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     merge_into(target, params, device=device_fp, software=software_fp)
     _link_sessions(fragments, target, run_dir)
     summary = {"profile": str(target), "notebooks": names, "failed": failed, "simulated": bool(device_fp.get("simulated")),
-               "wall_s": time.perf_counter() - t_start, "finished": utc_now()}
+               "wall_s": time.perf_counter() - t_start, "notebook_wall_s": notebook_wall_s,
+               "finished": utc_now()}
     if summary["simulated"]:
         summary["note"] = SIMULATED_BANNER
     (run_dir / "run.json").write_text(json.dumps(summary, indent=2) + "\n")
