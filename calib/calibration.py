@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from .backends import get_backend, resolve_backend_name
+from .gpulock import GpuLock
 from .profile import ProfileError, Parameter, _write_atomic, utc_now
 from .store import Store, default_url
 from .sweep import run_sweep
@@ -36,6 +37,7 @@ class Calibration:
         self.store = Store(db or default_url(self.output_dir / "results.sqlite"))
         self.label = label or f"calib-{utc_now()}"
         self.session_id = self.store.open_session(self.label, self.device, self.software, reason=reason, ticket=ticket)
+        self._gpu_lock = None if self.simulated else GpuLock(device)
 
     @property
     def simulated(self) -> bool:
@@ -53,6 +55,11 @@ class Calibration:
         processes with ``wait_for_workers``); return the tidy frame of all, and the report."""
         from .worker import physical_gpu_id
 
+        if self._gpu_lock is not None:
+            if wait_for_workers:
+                self.release_gpu()  # the workers measure; one of them may be on this GPU
+            else:
+                self._gpu_lock.acquire()
         report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
                            gpu_id=None if self.simulated else physical_gpu_id(self.device_index),
                            wait_for_workers=wait_for_workers)
@@ -62,6 +69,16 @@ class Calibration:
             first = report.failed[0][1] if report.failed else "no point was measured"
             raise RuntimeError(f"none of the {len(configs)} points of this sweep has a result; first error: {first}")
         return frame[frame["experiment"].isin(experiments)].reset_index(drop=True), report
+
+    def release_gpu(self):
+        """Say that this notebook has finished measuring: its buffers are freed and the next
+        notebook of the run may measure while this one fits and plots. A later sweep takes the GPU
+        back; the end of the process releases it in any case."""
+        if self._gpu_lock is not None and self._gpu_lock.held:
+            release = getattr(self.backend, "release_buffers", None)
+            if release:
+                release()
+            self._gpu_lock.release()
 
     def title(self, text: str) -> str:
         return f"{text} (SIMULATED DEVICE)" if self.simulated else f"{text} on {self.device.get('name')}"

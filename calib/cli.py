@@ -18,7 +18,7 @@ def _cmd_run(args) -> int:
     try:
         result = run(backend=args.backend, sim_spec=args.sim_spec, device=args.device, suite=args.suite,
                      profile_path=args.profile, run_dir=args.run_dir, notebooks=args.notebook or None,
-                     progress=not args.no_progress, reason=args.reason)
+                     progress=not args.no_progress, reason=args.reason, jobs=args.jobs)
     except RunError as exc:
         print(f"calib run: error: {exc}", file=sys.stderr)
         return 2
@@ -212,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-dir", metavar="DIR", help="keep executed notebooks and raw data here; reuse to resume")
     r.add_argument("--notebook", action="append", metavar="NAME", help="run only this notebook (repeatable)")
     r.add_argument("--reason", help="why this calibration ran (recorded in the session)")
+    r.add_argument("--jobs", default="auto", metavar="N",
+                   help="notebooks in flight at once; their measurements still take turns on the GPU "
+                        "(auto: 3 on a GPU host with 8 or more cores, else 1; 2 on the simulated device)")
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=_cmd_run)
 

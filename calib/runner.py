@@ -9,6 +9,7 @@ same ``--run-dir`` resumes: sweeps measure only the points not yet completed.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -51,11 +52,11 @@ class RunResult:
 
 def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "quick", profile_path=None,
         run_dir=None, notebooks: list[str] | None = None, parameters: dict | None = None, progress: bool = True,
-        reason: str | None = None, echo=print) -> RunResult:
+        reason: str | None = None, jobs: int | str | None = "auto", echo=print) -> RunResult:
     """Run a calibration suite; see the module docstring."""
     from ._optional import require
 
-    papermill = require("papermill", "calib run")
+    require("papermill", "calib run")
     t_start = time.perf_counter()
     if suite not in SUITES:
         raise RunError(f"unknown suite {suite!r}: choose one of {', '.join(SUITES)}")
@@ -78,22 +79,23 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     base_params = {"backend": name, "device": device, "suite": suite, "output_dir": str(run_dir),
                    "sim_spec": str(Path(sim_spec).resolve()) if sim_spec else None, "label": label,
                    **(parameters or {})}
-    failed = []
-    notebook_wall_s = {}
+    jobs = default_jobs(name) if jobs in (None, "auto") else max(1, int(jobs))
+    if jobs > 1:
+        echo(f"{jobs} notebooks at a time: one measures while the others start, fit and plot "
+             "(measurements take turns on the GPU).")
+    tasks = []
     for i, nb in enumerate(names, 1):
         source = notebooks_dir() / f"{nb}.ipynb"
         if not source.is_file():
             raise RunError(f"no notebook {source}")
-        output = run_dir / f"{nb}.ipynb"
-        t_nb = time.perf_counter()
-        try:
-            papermill.execute_notebook(str(source), str(output), parameters=base_params, cwd=str(run_dir),
-                                       kernel_name="python3", progress_bar={"desc": f"[{i}/{len(names)}] {nb}"}
-                                       if progress else False, log_output=False)
-        except papermill.PapermillExecutionError as exc:
-            failed.append((nb, f"{exc.ename}: {exc.evalue}"))
-            echo(f"notebook {nb} failed: {exc.ename}: {exc.evalue} (see {output})")
-        notebook_wall_s[nb] = round(time.perf_counter() - t_nb, 2)
+        bar = {"desc": f"[{i}/{len(names)}] {nb}"} if progress and jobs == 1 else False
+        tasks.append((nb, str(source), str(run_dir / f"{nb}.ipynb"), base_params, str(run_dir), bar))
+    failed, notebook_wall_s = [], {}
+    for nb, error, wall_s in _execute_all(tasks, jobs, progress=progress and jobs > 1):
+        notebook_wall_s[nb] = round(wall_s, 2)
+        if error:
+            failed.append((nb, error))
+            echo(f"notebook {nb} failed: {error} (see {run_dir / f'{nb}.ipynb'})")
 
     fragments = []
     for nb in names:
@@ -125,6 +127,54 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     (run_dir / "run.json").write_text(json.dumps(summary, indent=2) + "\n")
     return RunResult(run_dir=run_dir, profile_path=target, params=params, simulated=summary["simulated"],
                      failed=failed, wall_s=summary["wall_s"])
+
+
+def default_jobs(backend_name: str) -> int:
+    """Notebooks in flight at once. On a GPU, three hide kernel start, imports, fitting and plotting
+    behind another notebook's measurements; each needs a core of its own, or the host-side timings
+    (launch overhead) would measure the neighbours, so small hosts run one at a time. The simulated
+    device measures nothing real and simply uses two cores where there are two."""
+    cores = os.cpu_count() or 1
+    if backend_name == "sim":
+        return min(2, cores)
+    return 3 if cores >= 8 else 1
+
+
+def _execute_all(tasks, jobs: int, *, progress: bool):
+    """Yield (notebook, error or None, wall seconds) in the suite's order."""
+    if jobs == 1:
+        for task in tasks:
+            yield _execute_one(*task)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tqdm.auto import tqdm
+
+    # spawn: a forked child would inherit this process's threads and ZMQ state half-initialised
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_execute_one, *task) for task in tasks]
+        with tqdm(total=len(tasks), desc="notebooks", unit="nb", disable=not progress) as bar:
+            for future in futures:
+                result = future.result()
+                bar.update(1)
+                bar.set_postfix_str(result[0])
+                yield result
+
+
+def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, progress_bar):
+    """One notebook through papermill in a real kernel. Returns plain values, so that it can run in
+    a worker process (papermill's exception does not survive pickling)."""
+    import papermill
+
+    t0 = time.perf_counter()
+    try:
+        papermill.execute_notebook(source, output, parameters=parameters, cwd=cwd, kernel_name="python3",
+                                   progress_bar=progress_bar, log_output=False)
+        error = None
+    except papermill.PapermillExecutionError as exc:
+        error = f"{exc.ename}: {exc.evalue}"
+    return nb, error, time.perf_counter() - t0
 
 
 def _link_sessions(fragments, profile_path: Path, run_dir: Path):

@@ -17,7 +17,7 @@ from calib.experiments import TIMED, registers
 from calib.sweep import frame_from
 from calib.timing import StoppingRule
 
-SEEDS = 200
+SEEDS = 300
 # Not a confidence interval: the bracket a grid leaves around a deterministic compiler threshold.
 BRACKETS = {registers.MAX_PERSISTENT}
 
@@ -57,9 +57,12 @@ def test_ci_coverage_and_bias_with_planted_truth(spec, fixture_path):
     intervals = {k: v for k, v in hits.items() if k not in BRACKETS}
     overall = np.mean([h.mean() for h in intervals.values()])
     assert 0.93 <= overall <= 0.975, f"overall coverage {overall:.3f}"
+    # Two-sided binomial test against 95% per parameter, at a family-wise 1%: with 35 tests at 1e-3
+    # each, one in fourteen changes to any plan (which reshuffles the seeded noise) failed a
+    # parameter by chance (align4 normalization at 199/200, 0.94 over 400 fresh seeds).
+    alpha = 0.01 / len(intervals)
     for name, h in intervals.items():
-        # two-sided binomial test against 95%: fails by chance once in a thousand runs per parameter
         p = stats.binomtest(int(h.sum()), h.size, 0.95).pvalue
-        assert p > 1e-3, f"{name}: coverage {h.mean():.3f} over {h.size} calibrations"
+        assert p > alpha, f"{name}: coverage {h.mean():.3f} over {h.size} calibrations (p = {p:.1e})"
         # unbiased: the mean standardized error is within 4 standard errors of zero
         assert abs(z[name].mean()) < 4 / np.sqrt(h.size) + 0.05, f"{name}: mean z {z[name].mean():+.3f}"

@@ -73,7 +73,7 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
 
     # the same run folder again: nothing is re-measured
     again = subprocess.run([sys.executable, "-m", "calib", "run", "--sim-spec", str(spec), "--run-dir", str(run_dir),
-                            "--profile", str(profile), "--no-progress", "--notebook", "memory_bandwidth"],
+                            "--profile", str(profile), "--no-progress", "--notebook", "memory_bandwidth", "--jobs", "1"],
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     executed = nbformat.read(run_dir / "memory_bandwidth.ipynb", as_version=4)

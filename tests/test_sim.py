@@ -63,3 +63,14 @@ def test_out_of_memory_and_unknown_experiments_fail_alone(fixture_path):
     assert isinstance(out[0], DeviceOutOfMemory) and "GiB" in str(out[0])
     assert isinstance(out[1], UnsupportedConfig)
     assert out[2].median_us > 0 and out[2].simulated
+
+
+@pytest.mark.parametrize("suite", ["quick", "full"])
+def test_every_planned_point_has_a_compiled_kernel_on_the_gpu(suite):
+    """A plan point the CuPy backend has no kernel for fails only on a GPU, after the run has
+    started; pin the plans to what the kernels are compiled for (an unroll of 2 once slipped in)."""
+    from calib.backends.cupy_backend import UNROLLS
+    from calib.experiments import occupancy, splitk
+
+    assert {c["unroll"] for c in occupancy.plan(suite)} <= set(UNROLLS)
+    assert all(c["mn"] % 4 == 0 for c in splitk.plan(suite, memory_bytes=2**37))

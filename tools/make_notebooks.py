@@ -50,6 +50,7 @@ print(cal.banner())"""),
                    size_list=None if sizes_mib is None else [int(s * 2**20) for s in sizes_mib],
                    kinds=kinds, widths=widths)
 frame, report = cal.sweep(configs, desc="DRAM sweep", wait_for_workers=wait_for_workers)
+cal.release_gpu()  # measuring is done: the next notebook of a run may use the GPU while this one fits
 print(report)
 frame.to_parquet(cal.output_dir / "memory_bandwidth.parquet")
 frame.head()"""),
@@ -118,6 +119,7 @@ SWEEP = '''device_fp, _ = cal.backend.fingerprint()
 configs = {module}.plan(suite, l2_bytes=cal.backend.l2_bytes, memory_bytes=cal.backend.memory_bytes,
                         sm_count=device_fp.get("sm_count", 132))
 frame, report = cal.sweep(configs, desc="{name}", wait_for_workers=wait_for_workers)
+cal.release_gpu()  # measuring is done: the next notebook of a run may use the GPU while this one fits
 print(report)
 frame.to_parquet(cal.output_dir / "{name}.parquet")
 frame.head()'''

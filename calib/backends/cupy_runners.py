@@ -73,6 +73,8 @@ def launch(b, config: dict) -> Measurement:
 def splitk(b, config: dict) -> Measurement:
     cp = b.cp
     mn, splits = int(config["mn"]), int(config["splits"])
+    if mn % 4:
+        raise UnsupportedConfig(f"splitk_reduce reads 16-byte vectors: M*N = {mn} is not a multiple of 4")
     kernel = _small_module(b).get_function("splitk_reduce")
     key = ("splitk", mn, splits)
     if b._buffer_key != key:
@@ -83,15 +85,15 @@ def splitk(b, config: dict) -> Measurement:
         b._buffer_key = key
     src, dst = b._buffers["src"], b._buffers["dst"]
     grid, block = (b.sm_count * 8,), (THREADS,)
-    kernel(grid, block, (src[0], dst[0], np.uint64(mn), np.int32(splits)), stream=b.stream)
+    kernel(grid, block, (src[0], dst[0], np.uint64(mn // 4), np.int32(splits)), stream=b.stream)
     b.stream.synchronize()
     ref = src[0].reshape(splits, mn).sum(axis=0)
     err = float(cp.linalg.norm(dst[0] - ref) / cp.linalg.norm(ref))
     if not err < 1e-5:
         raise RuntimeError(f"splitk_reduce is wrong at S={splits}: relative error {err:.2e}")
-    return b.time_launches(lambda i: kernel(grid, block, (src[i % 2], dst[i % 2], np.uint64(mn), np.int32(splits)),
-                                            stream=b.stream),
-                           perf_config={"threads": THREADS, "blocks_per_sm": 8})
+    return b.time_launches(lambda i: kernel(grid, block, (src[i % 2], dst[i % 2], np.uint64(mn // 4),
+                                                          np.int32(splits)), stream=b.stream),
+                           perf_config={"threads": THREADS, "blocks_per_sm": 8, "load": "16 B, 4 splits in flight"})
 
 
 def l2(b, config: dict) -> Measurement:
@@ -106,10 +108,15 @@ def l2(b, config: dict) -> Measurement:
         b._buffer_key = key
     kernel = _small_module(b).get_function("l2_read")
     src = b._buffers["src"][0]
+    words, total = w // 16, (w // 16) * passes
+    if w % 16 or total >= 2**32:
+        raise UnsupportedConfig(f"l2_read takes whole 16-byte words and fewer than 2**32 of them per launch "
+                                f"(working set {w} B x {passes} passes)")
     grid, block = (b.sm_count * 8,), (THREADS,)
-    args = (src, np.uint64(w // 16), np.int32(passes), b.sink())
+    args = (src, np.uint32(words), np.uint32(total), b.sink())
     return b.time_launches(lambda i: kernel(grid, block, args, stream=b.stream),
-                           perf_config={"threads": THREADS, "blocks_per_sm": 8, "load": "ld.global.cg, 16 B"})
+                           perf_config={"threads": THREADS, "blocks_per_sm": 8, "load": "ld.global.cg, 16 B",
+                                        "loop": "flat over passes x words"})
 
 
 def smem(b, config: dict) -> Measurement:
@@ -222,6 +229,10 @@ def occupancy(b, config: dict) -> Measurement:
     size, width = int(config["size_bytes"]), int(config["width_bytes"])
     if int(config["sm_count"]) != b.sm_count:
         raise UnsupportedConfig(f"planned for {config['sm_count']} SMs; this GPU has {b.sm_count}")
+    from .cupy_backend import UNROLLS
+
+    if int(config["unroll"]) not in UNROLLS:
+        raise UnsupportedConfig(f"the DRAM read kernel is compiled for unroll {UNROLLS}, not {config['unroll']}")
     src, dst = b._ensure_buffers(size)
     perf = {"threads": int(config["threads"]), "blocks_per_sm": int(config["blocks_per_sm"]),
             "unroll": int(config["unroll"]), "layout": "strided"}

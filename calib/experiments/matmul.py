@@ -1,8 +1,12 @@
 """Dense matmul throughput through cuBLAS (``cupy.matmul``), per data type.
 
-Square products of side n over a grid of sizes that are multiples of 1024 (so every size fills
-whole tiles); ``t = t0 + 2n³ / rate`` per type gives ``compute.<type>.tensor_tflops``. TF32 is
-float32 inputs with CuPy's TF32 mode on; bf16 is measured where CuPy can hold bfloat16 arrays.
+An M×N output of fixed size (8192², 4 MiB-aligned: whole tiles) and a reduction depth K that grows
+from 2048 to 16384. The sweep varies K rather than the side of square products because cuBLAS's
+grid of output tiles, and so its wave quantization over the SMs, is then the same at every point:
+square sizes on an H200 scattered by up to 20% around any line (5120² in TF32 ran slower per flop
+than 4096², 2026-11-29), while at fixed M×N the time is linear in K. ``t = t0 + 2MNK / rate`` per
+type gives ``compute.<type>.tensor_tflops``; t0 absorbs writing the output once. TF32 is float32
+inputs with CuPy's TF32 mode on; bf16 is measured where CuPy can hold bfloat16 arrays.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from ..fit import fit_rates
 EXPERIMENT = "matmul"
 DTYPES = ("fp16", "bf16", "tf32")
 SIM_DEFAULTS = {"sim.matmul.fixed_us": 8.0}
-SUITES = {"quick": [2048, 3072, 4096, 5120, 6144, 8192],
-          "full": [2048, 3072, 4096, 5120, 6144, 7168, 8192, 10240, 12288]}
+MN = 8192
+SUITES = {"quick": [2048, 4096, 6144, 8192, 12288, 16384],
+          "full": [2048, 3072, 4096, 5120, 6144, 8192, 10240, 12288, 14336, 16384]}
 
 
 def param_name(dtype: str) -> str:
@@ -23,8 +28,8 @@ def param_name(dtype: str) -> str:
 
 
 def plan(suite: str, *, memory_bytes: int = 2**34, dtypes=DTYPES, **_) -> list[dict]:
-    return [{"experiment": EXPERIMENT, "dtype": d, "m": n, "n": n, "k": n} for d in dtypes for n in SUITES[suite]
-            if footprint_bytes({"dtype": d, "m": n, "n": n, "k": n}) < memory_bytes / 4]
+    return [{"experiment": EXPERIMENT, "dtype": d, "m": MN, "n": MN, "k": k} for d in dtypes for k in SUITES[suite]
+            if footprint_bytes({"dtype": d, "m": MN, "n": MN, "k": k}) < memory_bytes / 4]
 
 
 def element_bytes(dtype: str) -> int:

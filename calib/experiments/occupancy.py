@@ -1,8 +1,10 @@
 """Bytes in flight per SM that DRAM bandwidth needs (Little's law).
 
-The DRAM read kernel runs with every combination of resident blocks per SM, unroll and access
-width, so that the bytes each SM has in flight, ``x = blocks × 256 threads × unroll × width``, range
-from about 1 KiB to 256 KiB. By Little's law the achieved bandwidth is ``x · SMs / latency`` until
+The DRAM read kernel runs with every combination of resident blocks per SM and unroll, with 16-byte
+loads, so that the bytes each SM has in flight, ``x = blocks × 256 threads × unroll × 16``, range
+from 4 KiB to 256 KiB. Narrower loads are left out: on an H200 4-byte loads stopped at 85% of the
+ceiling with 64 KiB in flight (2026-11-29), limited by the load instructions issued, not by the
+bytes in flight that Little's law counts. By Little's law the achieved bandwidth is ``x · SMs / latency`` until
 it reaches the DRAM ceiling; the time model is
 
     t = t0 + bytes · max(c_max, latency / (x · SMs))
@@ -27,8 +29,9 @@ EXPERIMENT = "occupancy"
 IN_FLIGHT = "memory.bytes_in_flight_per_sm"
 SIM_DEFAULTS = {"sim.occupancy.fixed_us": 4.0}
 THREADS = 256
-GRID = {"quick": dict(blocks=(1, 2, 4, 8), unroll=(1, 2, 4, 8), width=(4, 16)),
-        "full": dict(blocks=(1, 2, 3, 4, 6, 8), unroll=(1, 2, 4, 8), width=(4, 8, 16))}
+# unroll: the factors the DRAM read kernel is compiled for (calib.backends.cupy_backend.UNROLLS)
+GRID = {"quick": dict(blocks=(1, 2, 4, 8), unroll=(1, 4, 8), width=(16,)),
+        "full": dict(blocks=(1, 2, 3, 4, 5, 6, 8), unroll=(1, 4, 8), width=(16,))}
 SIZES = (2**30, 2**31)
 
 

@@ -9,14 +9,30 @@ extern "C" __global__ void spin_kernel(float* __restrict__ sink, int iters) {
     if (a == 12345.678f) sink[0] = a;
 }
 
-// Sum S partial M*N tiles (stored one after another) into one: the split-K epilogue.
-extern "C" __global__ void splitk_reduce(const float* __restrict__ partial, float* __restrict__ out,
-                                         unsigned long long mn, int splits) {
+// Sum S partial M*N tiles (stored one after another) into one: the split-K epilogue. Each thread
+// owns 4 consecutive outputs (16-byte loads) and keeps four splits' loads in flight before it adds:
+// a loop that adds each load before issuing the next keeps one load in flight per thread, and
+// then measures DRAM latency rather than the reduction rate a tuned epilogue reaches.
+extern "C" __global__ void splitk_reduce(const float4* __restrict__ partial, float4* __restrict__ out,
+                                         unsigned long long mn4, int splits) {
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < mn; i += stride) {
-        float acc = 0.0f;
-        for (int s = 0; s < splits; ++s) acc += partial[(unsigned long long)s * mn + i];
-        out[i] = acc;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < mn4; i += stride) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        int s = 0;
+        for (; s + 4 <= splits; s += 4) {
+            float4 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[j] = __ldcs(partial + (unsigned long long)(s + j) * mn4 + i);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                acc.x += v[j].x; acc.y += v[j].y; acc.z += v[j].z; acc.w += v[j].w;
+            }
+        }
+        for (; s < splits; ++s) {
+            const float4 v = __ldcs(partial + (unsigned long long)s * mn4 + i);
+            acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+        }
+        __stcs(out + i, acc);
     }
 }
 
@@ -37,24 +53,30 @@ __global__ void fma_chains(float* __restrict__ sink, int iters, float a, float b
     if (s == 12345.678f) sink[blockIdx.x] = s;
 }
 
-// The L2 working-set sweep: `passes` reads of an n-element buffer of 16-byte words, through L2 only
-// (ld.global.cg, so the L1s of the SMs do not serve the repeats).
-extern "C" __global__ void l2_read(const uint4* __restrict__ src, unsigned long long n, int passes,
+// The L2 working-set sweep: `total` 16-byte reads of an n-word buffer, `total / n` passes over it,
+// through L2 only (ld.global.cg, so the L1s of the SMs do not serve the repeats). The passes are one
+// flat grid-stride loop over total words, wrapped onto the buffer, rather than a loop over passes
+// around a loop over the buffer: with small working sets each thread had fewer than four words per
+// pass, the unrolled body never ran, and the points below ~20 MB measured the loop's tail.
+extern "C" __global__ void l2_read(const uint4* __restrict__ src, unsigned n, unsigned total,
                                    unsigned* __restrict__ sink) {
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned stride = gridDim.x * blockDim.x;
+    const unsigned step = stride % n;  // < n, so one conditional subtraction wraps an index
+    unsigned k = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned i = k % n;
     unsigned acc = 0;
-    for (int p = 0; p < passes; ++p) {
-        unsigned long long i = first;
-        for (; i + 3 * stride < n; i += 4 * stride) {
-            const uint4 a = __ldcg(src + i), b = __ldcg(src + i + stride);
-            const uint4 c = __ldcg(src + i + 2 * stride), d = __ldcg(src + i + 3 * stride);
-            acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-        }
-        for (; i < n; i += stride) {
-            const uint4 a = __ldcg(src + i);
-            acc ^= a.x ^ a.y ^ a.z ^ a.w;
-        }
+    for (; k + 3 * stride < total; k += 4 * stride) {
+        unsigned j1 = i + step;  j1 -= (j1 >= n) ? n : 0;
+        unsigned j2 = j1 + step; j2 -= (j2 >= n) ? n : 0;
+        unsigned j3 = j2 + step; j3 -= (j3 >= n) ? n : 0;
+        const uint4 a = __ldcg(src + i), b = __ldcg(src + j1), c = __ldcg(src + j2), d = __ldcg(src + j3);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+        i = j3 + step; i -= (i >= n) ? n : 0;
+    }
+    for (; k < total; k += stride) {
+        const uint4 a = __ldcg(src + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+        i += step; i -= (i >= n) ? n : 0;
     }
     if (acc == 0x9e3779b9u) sink[blockIdx.x & 1023u] = acc;
 }
