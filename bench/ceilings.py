@@ -134,6 +134,7 @@ def _torch_matmul_tflops(m: int, k: int) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = True
     out = {}
     for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16), ("tf32", torch.float32)):
+        time.sleep(0.25)  # the same idle pause calib's matmul points start from (power cap)
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         b = torch.randn(k, m, device="cuda", dtype=dtype)
         for _ in range(3):

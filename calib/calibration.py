@@ -59,6 +59,7 @@ class Calibration:
             if wait_for_workers:
                 self.release_gpu()  # the workers measure; one of them may be on this GPU
             else:
+                self.backend.prepare(configs)  # compile while another notebook may be measuring
                 self._gpu_lock.acquire()
         report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
                            gpu_id=None if self.simulated else physical_gpu_id(self.device_index),

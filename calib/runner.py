@@ -130,14 +130,15 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
 
 
 def default_jobs(backend_name: str) -> int:
-    """Notebooks in flight at once. On a GPU, three hide kernel start, imports, fitting and plotting
-    behind another notebook's measurements; each needs a core of its own, or the host-side timings
-    (launch overhead) would measure the neighbours, so small hosts run one at a time. The simulated
-    device measures nothing real and simply uses two cores where there are two."""
+    """Notebooks in flight at once. On a GPU, several hide kernel start, imports, fitting and
+    plotting behind another notebook's measurements (with three, the GPU still sat idle for 9 s of a
+    60 s quick run while every slot was plotting). Each needs cores of its own, or the host-side
+    timings (launch overhead) would measure the neighbours, so small hosts run one at a time. The
+    simulated device measures nothing real and simply uses two cores where there are two."""
     cores = os.cpu_count() or 1
     if backend_name == "sim":
         return min(2, cores)
-    return 3 if cores >= 8 else 1
+    return max(3, min(6, cores // 3)) if cores >= 8 else 1
 
 
 def _execute_all(tasks, jobs: int, *, progress: bool):
@@ -153,7 +154,7 @@ def _execute_all(tasks, jobs: int, *, progress: bool):
 
     # spawn: a forked child would inherit this process's threads and ZMQ state half-initialised
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_execute_one, *task) for task in tasks]
+        futures = [pool.submit(_execute_one, *task, parallel=True) for task in tasks]
         with tqdm(total=len(tasks), desc="notebooks", unit="nb", disable=not progress) as bar:
             for future in futures:
                 result = future.result()
@@ -162,11 +163,16 @@ def _execute_all(tasks, jobs: int, *, progress: bool):
                 yield result
 
 
-def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, progress_bar):
+def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, progress_bar, parallel=False):
     """One notebook through papermill in a real kernel. Returns plain values, so that it can run in
     a worker process (papermill's exception does not survive pickling)."""
     import papermill
 
+    if parallel:
+        # numerical libraries start a thread per core in every kernel: with several notebooks in
+        # flight they would crowd the core that times launches
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "2")
     t0 = time.perf_counter()
     try:
         papermill.execute_notebook(source, output, parameters=parameters, cwd=cwd, kernel_name="python3",

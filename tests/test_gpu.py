@@ -86,3 +86,16 @@ def test_register_report_grows_with_the_buffer(backend):
     report = backend.compile_report([4, 64, 128])
     regs = [r["registers"] for r in report]
     assert regs[0] < regs[1] < regs[2] <= 255
+
+
+def test_prepare_compiles_every_planned_kernel_before_measuring(backend):
+    """Compiling happens before a notebook takes the GPU; what prepare loads must be what the
+    sweeps then use, so that no compile is left inside the measured section."""
+    from calib.experiments import TIMED
+
+    configs = [c for module in TIMED
+               for c in module.plan("full", l2_bytes=backend.l2_bytes, memory_bytes=backend.memory_bytes,
+                                    sm_count=backend.sm_count)]
+    backend.prepare(configs)
+    assert {("read", 16), ("copy", 16), ("write", 1)} <= set(backend._modules)
+    assert "small" in backend._modules and "softmax" in backend._modules

@@ -237,9 +237,11 @@ CACHE_HIERARCHY = [
 
 Reads one working set W over and over through L2 (not L1), for W on a log grid from L2/8 to 4×L2,
 dense around the reported size, and fits a hinge to the times: the L2 cost per byte below the
-ramp's start, the DRAM cost above its end, linear in log W between. Writes
-`memory.l2.read_bandwidth_gbps`, `memory.l2.capacity_bytes` (where the ramp starts: the largest
-working set fully served by L2) and `memory.l2.capacity_bytes.ramp_end`, with Wald CIs from the fit.
+ramp's start, the DRAM cost above its end, linear in log W between: `memory.l2.capacity_bytes`
+(where the ramp starts: the largest working set fully served by L2) and
+`memory.l2.capacity_bytes.ramp_end`, with Wald CIs from the fit. A second series at one working set
+well inside L2 varies the bytes per launch; its line `t = t0 + bytes / bandwidth` gives
+`memory.l2.read_bandwidth_gbps`.
 
 Run headless with `calib run`, or here: change the parameters cell and run all."""),
     new_code_cell(COMMON_PARAMETERS, metadata={"tags": ["parameters"]}),
@@ -251,6 +253,10 @@ Run headless with `calib run`, or here: change the parameters cell and run all."
     new_code_cell('''fig = cache.plot(frame, fits, title=cal.title("achieved bandwidth against working set"),
                  simulated=cal.simulated)
 cal.save_figure(fig, "cache_hierarchy")'''),
+    new_code_cell('''line = fits.get("memory.l2.read_bandwidth_gbps")
+if line is not None:
+    fig = line.plot_residuals(title=cal.title("memory.l2.read_bandwidth_gbps"), x_label="GiB read", x_scale=2**30)
+    cal.save_figure(fig, "residuals-memory_l2_read_bandwidth_gbps")'''),
     new_markdown_cell("""## Reading
 
 A heuristic that tiles for L2 keeps its reused working set under `memory.l2.capacity_bytes`, not

@@ -40,6 +40,10 @@ class Backend(abc.ABC):
         """One Measurement per config, or the exception that stopped that config alone
         (DeviceOutOfMemory, UnsupportedConfig). Anything else propagates."""
 
+    def prepare(self, configs: list[dict]) -> None:
+        """Compile what ``configs`` will run. Called before a notebook takes the GPU, so that
+        compiling overlaps another notebook's measurements; the default has nothing to compile."""
+
     def describe(self) -> str:
         device, _ = self.fingerprint()
         return f"{device.get('name')} ({self.name} backend)"

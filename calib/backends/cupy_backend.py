@@ -137,6 +137,14 @@ class CupyBackend(Backend):
                                                    name_expressions=names)
         return self._modules[key].get_function(self._kernel_name(kind, width, perf))
 
+    def prepare(self, configs: list[dict]) -> None:
+        experiments = {c.get("experiment") for c in configs}
+        for kind, width in sorted({(c["kind"], int(c["width_bytes"])) for c in configs
+                                   if c.get("experiment") in (dram.EXPERIMENT, occupancy.EXPERIMENT)
+                                   and "kind" in c} | ({("read", 16)} if occupancy.EXPERIMENT in experiments else set())):
+            self._kernel(kind, width, next(self.perf_configs(kind)))
+        cupy_runners.prepare(self, experiments)
+
     @staticmethod
     def perf_configs(kind: str):
         layouts = LAYOUTS + COPY_ONLY_LAYOUTS if kind == "copy" else LAYOUTS

@@ -10,8 +10,13 @@ H200, partly because the L2 is split in two halves), not a step. The time model 
 a continuous hinge fitted by weighted nonlinear least squares; the CIs are Wald intervals from the
 fit's covariance, mapped through the monotone transforms (2**x for capacities, 1/c for bandwidth).
 ``memory.l2.capacity_bytes`` is where the ramp starts (the largest working set still fully served
-by L2), ``memory.l2.capacity_bytes.ramp_end`` where DRAM takes over, and
-``memory.l2.read_bandwidth_gbps`` is 1/c_l2.
+by L2) and ``memory.l2.capacity_bytes.ramp_end`` where DRAM takes over.
+
+``memory.l2.read_bandwidth_gbps`` comes from a second, short series at one working set well inside
+L2 (a quarter of the reported size) with the bytes per launch varied from 0.25 to 4 GiB: a straight
+line t = t0 + bytes/BW whose slope CI is inverted, as for DRAM. The hinge's own plateau estimate
+was ±5–10% wide on an H200 (2026-11-29): working sets a few MB apart differ by 1–2% in L2
+bandwidth (address hashing over the two L2 halves), which the one-plateau model reads as noise.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import math
 
 import numpy as np
 
-from ..fit import weighted_r2
+from ..fit import fit_timed, weighted_r2
 
 EXPERIMENT = "l2"
 CAPACITY = "memory.l2.capacity_bytes"
@@ -31,6 +36,8 @@ SIM_DEFAULTS = {"sim.l2.fixed_us": 5.0}
 # Bytes read per launch: long enough that the fixed cost is small, short enough for many points.
 BYTES_PER_LAUNCH = 2 * 2**30
 SUITES = {"quick": 20, "full": 36}
+# Bytes per launch of the bandwidth series (GiB), at working set L2/4.
+BANDWIDTH_GIB = {"quick": (0.25, 0.5, 1, 1.5, 2, 3, 4), "full": (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 3.5, 4)}
 
 
 def plan(suite: str, *, l2_bytes: int, **_) -> list[dict]:
@@ -43,9 +50,17 @@ def plan(suite: str, *, l2_bytes: int, **_) -> list[dict]:
     sizes = sorted({int(round(2**x / 4096)) * 4096 for x in grid})
     # Alternate the bytes per launch (2 GiB, 1 GiB): with a constant amount the fixed cost and the
     # cost per byte could not be told apart on either plateau.
-    return [{"experiment": EXPERIMENT, "working_set_bytes": w,
-             "passes": max(1, int(round(BYTES_PER_LAUNCH * (1.0 if i % 2 == 0 else 0.5) / w)))}
-            for i, w in enumerate(sizes)]
+    sweep = [{"experiment": EXPERIMENT, "series": "working_set", "working_set_bytes": w,
+              "passes": max(1, int(round(BYTES_PER_LAUNCH * (1.0 if i % 2 == 0 else 0.5) / w)))}
+             for i, w in enumerate(sizes)]
+    w_bw = bandwidth_working_set(l2_bytes)
+    line = [{"experiment": EXPERIMENT, "series": "bandwidth", "working_set_bytes": w_bw,
+             "passes": max(1, int(round(gib * 2**30 / w_bw)))} for gib in BANDWIDTH_GIB[suite]]
+    return sweep + line
+
+
+def bandwidth_working_set(l2_bytes: int) -> int:
+    return max(4096, int(l2_bytes / 4) // 4096 * 4096)
 
 
 def footprint_bytes(config: dict) -> int:
@@ -125,7 +140,14 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
         return {}, {"error": str(exc)}
     hinge = HingeFit(w, b, t, params, cov, len(t) - len(params), weights)
     records = _records(hinge, source, robust)
-    return records, {EXPERIMENT: hinge}
+    fits = {EXPERIMENT: hinge}
+    line = g[g["series"] == "bandwidth"] if "series" in g else g.iloc[:0]
+    if len(line) >= 3:
+        fits[READ_BW] = f = fit_timed(line, bytes_read(line), robust=robust)
+        w_bw = int(line["working_set_bytes"].iloc[0])
+        records[READ_BW] = f.rate_record(1e9, "GB/s", source=source)
+        records[READ_BW]["method"] += f"; working set {w_bw / 2**20:.1f} MiB, bytes per launch varied"
+    return records, fits
 
 
 def _records(h: HingeFit, source, robust) -> dict:
