@@ -202,12 +202,14 @@ SHARED_MEMORY = timed_notebook(
 
 MATMUL_THROUGHPUT = timed_notebook(
     "matmul_throughput", "matmul", "Dense matmul throughput (cuBLAS)",
-    "Square products through `cupy.matmul` (cuBLAS) on random inputs, for fp16, bf16 (where CuPy holds "
-    "bfloat16 arrays) and tf32 (float32 with CuPy's TF32 mode), over sizes that are multiples of 1024; "
-    "`t = t0 + 2n³ / rate` gives `compute.<type>.tensor_tflops`.",
+    "Products through `cupy.matmul` (cuBLAS) on random inputs, for fp16, bf16 (where CuPy holds "
+    "bfloat16 arrays) and tf32 (float32 with CuPy's TF32 mode): an 8192 × 8192 output with the reduction "
+    "depth K from 1024 to 8192, so that cuBLAS's grid of output tiles is the same at every point; "
+    "`t = t0 + 2·M·N·K / rate` gives `compute.<type>.tensor_tflops`. Each point starts after an idle "
+    "pause: sustained tensor-core work reaches the power cap, and points marked throttled ran capped.",
     [("compute.fp16.tensor_tflops", "TFLOP", 1e12), ("compute.bf16.tensor_tflops", "TFLOP", 1e12),
      ("compute.tf32.tensor_tflops", "TFLOP", 1e12)],
-    "The rate is cuBLAS's on large, tile-aligned squares; a heuristic choosing between a library call "
+    "The rate is cuBLAS's on a large, tile-aligned output before the power cap; a heuristic choosing between a library call "
     "and a fused kernel compares its own achieved rate against this one.",
     setup_prefix="import os\nos.environ.setdefault(\"CUPY_TF32\", \"1\")  # before CuPy is first imported\n")
 
