@@ -185,12 +185,23 @@ def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, 
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(var, "2")
     t0 = time.perf_counter()
-    try:
-        papermill.execute_notebook(source, output, parameters=parameters, cwd=cwd, kernel_name="python3",
-                                   progress_bar=progress_bar, log_output=False)
-        error = None
-    except papermill.PapermillExecutionError as exc:
-        error = f"{exc.ename}: {exc.evalue}"
+    error = None
+    for attempt in (1, 2):
+        try:
+            papermill.execute_notebook(source, output, parameters=parameters, cwd=cwd, kernel_name="python3",
+                                       progress_bar=progress_bar, log_output=False)
+            error = None
+            break
+        except papermill.PapermillExecutionError as exc:  # a cell raised: the notebook's own error
+            error = f"{exc.ename}: {exc.evalue}"
+            break
+        except Exception as exc:  # noqa: BLE001 - the kernel died or never started
+            # One of five kernels started together died at start on an H200 host (2026-11-29; its
+            # exception escaped the pool and was lost). Starting it again is safe: the sweeps
+            # resume from the results store and measure only what is missing.
+            error = f"{type(exc).__name__}: {exc}"
+            if attempt == 1:
+                print(f"calib run: {nb}: {error}; starting it again", file=sys.stderr)
     return nb, error, time.perf_counter() - t0
 
 

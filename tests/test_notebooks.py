@@ -145,3 +145,26 @@ def test_a_calibration_killed_half_way_resumes_without_remeasuring(tmp_path):
     for name in p1:
         (lo1, hi1), (lo2, hi2) = p1[name]["ci95"], p2[name]["ci95"]
         assert lo1 <= hi2 and lo2 <= hi1, f"{name}: {p1[name]['ci95']} and {p2[name]['ci95']} do not overlap"
+
+
+def test_a_kernel_that_dies_is_started_again_and_a_second_death_is_reported(monkeypatch):
+    import papermill
+
+    from calib import runner
+
+    calls = []
+
+    def dies_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+
+    monkeypatch.setattr(papermill, "execute_notebook", dies_once)
+    nb, error, _ = runner._execute_one("occupancy", "in.ipynb", "out.ipynb", {}, ".", False)
+    assert (nb, error, len(calls)) == ("occupancy", None, 2)
+
+    def always_dies(*args, **kwargs):
+        raise RuntimeError("Kernel died")
+
+    monkeypatch.setattr(papermill, "execute_notebook", always_dies)
+    assert runner._execute_one("occupancy", "in.ipynb", "out.ipynb", {}, ".", False)[1] == "RuntimeError: Kernel died"
