@@ -15,6 +15,7 @@ timeout 180 python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tee $OUT/pytest
 [ -n "${EXPLORE:-}" ] && python3 bench/copy_explore.py 2>&1 | tee $OUT/copy-explore.txt
 for suite in "${@:-quick}"; do
   work=/tmp/bench-$suite
+  rm -rf "$work"  # a warm machine keeps /tmp: a reused run folder would resume, not measure
   timeout ${BENCH_TIMEOUT:-400} python3 bench/ceilings.py --out $work --suite "$suite" 2>&1 | grep -v IPKernelApp
   cp $work/bench-dram.md $OUT/bench-$suite.md; cp $work/bench-dram.json $OUT/bench-$suite.json
   (cd $work && tar czf $OUT/run-$suite.tgz run profile.json)
