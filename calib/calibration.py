@@ -20,6 +20,8 @@ from .sweep import run_sweep
 from .timing import StoppingRule
 
 FRAGMENT_SCHEMA = "calib.fragment/1"
+# Set by `calib run` for the kernels it starts: where a notebook signals that it has measured.
+MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV = "CALIB_MEASURED_SIGNAL_DIR", "CALIB_NOTEBOOK"
 SIMULATED_BANNER = ("SIMULATED DEVICE: these numbers come from calib's simulated GPU, not from real "
                     "hardware. They demonstrate the pipeline and test the statistics.")
 
@@ -80,6 +82,7 @@ class Calibration:
             if release:
                 release()
             self._gpu_lock.release()
+        _signal_measured()
 
     def title(self, text: str) -> str:
         return f"{text} (SIMULATED DEVICE)" if self.simulated else f"{text} on {self.device.get('name')}"
@@ -106,6 +109,14 @@ class Calibration:
         write_fragment(path, records, device=self.device, software=self.software, source=source,
                        session={"db": self.store.url, "id": self.session_id, "label": self.label})
         return path
+
+
+def _signal_measured():
+    """Tell ``calib run`` that this notebook has finished measuring (it holds the notebooks that
+    would disturb a host-timed one until then); nothing outside a run."""
+    folder, notebook = os.environ.get(MEASURED_SIGNAL_DIR_ENV), os.environ.get(NOTEBOOK_ENV)
+    if folder and notebook and Path(folder).is_dir():
+        (Path(folder) / f"{notebook}.measured").touch()
 
 
 def write_fragment(path, records: dict, *, device: dict, software: dict, source: str, session: dict | None = None):

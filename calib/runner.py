@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from . import fingerprint as fp
 from .backends import resolve_backend_name
-from .calibration import SIMULATED_BANNER, read_fragment
+from .calibration import MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, read_fragment
 from .profile import merge_into, user_profiles_dir, utc_now
 
 # Every suite runs every notebook; the suite picks each notebook's grid (passed as `suite`).
@@ -28,7 +29,8 @@ NOTEBOOKS = ["memory_bandwidth", "cache_hierarchy", "shared_memory", "occupancy"
 
 # Notebooks that time the host (launch submission from Python): with other notebooks importing and
 # plotting beside them, launch.overhead_us fell from 6.4 to 4.7 us and its CI widened from ±1% to
-# ±9% on an H200 host (2026-11-29). They run alone, before the others start.
+# ±9% on an H200 host (2026-11-29). They measure alone: the others start when they have finished
+# measuring (the signal a notebook leaves through Calibration.release_gpu).
 HOST_TIMED = ("launch_latency",)
 
 
@@ -97,7 +99,10 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
         bar = {"desc": f"[{i}/{len(names)}] {nb}"} if progress and jobs == 1 else False
         tasks.append((nb, str(source), str(run_dir / f"{nb}.ipynb"), base_params, str(run_dir), bar))
     failed, notebook_wall_s = [], {}
-    for nb, error, wall_s in _execute_all(tasks, jobs, progress=progress and jobs > 1):
+    signal_dir = run_dir / ".measured"
+    shutil.rmtree(signal_dir, ignore_errors=True)  # signals of an earlier, resumed run say nothing now
+    signal_dir.mkdir()
+    for nb, error, wall_s in _execute_all(tasks, jobs, progress=progress and jobs > 1, signal_dir=signal_dir):
         notebook_wall_s[nb] = round(wall_s, 2)
         if error:
             failed.append((nb, error))
@@ -147,37 +152,44 @@ def default_jobs(backend_name: str) -> int:
     return max(3, min(6, cores // 3)) if cores >= 8 else 1
 
 
-def _execute_all(tasks, jobs: int, *, progress: bool):
-    """Yield (notebook, error or None, wall seconds): host-timed notebooks first, one at a time,
-    then the rest in the suite's order."""
+def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = None):
+    """Yield (notebook, error or None, wall seconds) in the suite's order. With several jobs, the
+    host-timed notebooks start first and the others only once those have finished measuring."""
     if jobs == 1:
         for task in tasks:
             yield _execute_one(*task)
         return
-    alone = [t for t in tasks if t[0] in HOST_TIMED]
-    for task in alone:
-        yield _execute_one(*task)
-    tasks = [t for t in tasks if t[0] not in HOST_TIMED]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     from tqdm.auto import tqdm
 
+    first = [t for t in tasks if t[0] in HOST_TIMED]
+    rest = [t for t in tasks if t[0] not in HOST_TIMED]
     # spawn: a forked child would inherit this process's threads and ZMQ state half-initialised
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_execute_one, *task, parallel=True) for task in tasks]
+        futures = {t[0]: pool.submit(_execute_one, *t, parallel=True, signal_dir=signal_dir) for t in first}
+        for nb, future in futures.items():
+            while not (future.done() or (signal_dir and (signal_dir / f"{nb}.measured").exists())):
+                time.sleep(0.05)
+        futures.update({t[0]: pool.submit(_execute_one, *t, parallel=True, signal_dir=signal_dir) for t in rest})
         with tqdm(total=len(tasks), desc="notebooks", unit="nb", disable=not progress) as bar:
-            for future in futures:
-                result = future.result()
+            for task in tasks:
+                result = futures[task[0]].result()
                 bar.update(1)
                 bar.set_postfix_str(result[0])
                 yield result
 
 
-def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, progress_bar, parallel=False):
+def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, progress_bar, parallel=False,
+                 signal_dir: Path | None = None):
     """One notebook through papermill in a real kernel. Returns plain values, so that it can run in
     a worker process (papermill's exception does not survive pickling)."""
     import papermill
+
+    if signal_dir is not None:  # the kernel inherits these: Calibration.release_gpu() says it is done
+        os.environ[MEASURED_SIGNAL_DIR_ENV] = str(signal_dir)
+        os.environ[NOTEBOOK_ENV] = nb
 
     if parallel:
         # numerical libraries start a thread per core in every kernel: with several notebooks in

@@ -40,7 +40,7 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
     run_dir, profile = tmp_path / "run", tmp_path / "profile.json"
     spec = fixture_path("small_slow_gpu.json")
     proc = subprocess.run([sys.executable, "-m", "calib", "run", "--backend", "auto", "--sim-spec", str(spec),
-                           "--run-dir", str(run_dir), "--profile", str(profile), "--no-progress"],
+                           "--run-dir", str(run_dir), "--profile", str(profile), "--no-progress", "--jobs", "2"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     first_line = proc.stdout.splitlines()[0]
@@ -58,6 +58,16 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
                         "memory.l2.read_bandwidth_gbps": 950.0, "memory.shared.bandwidth_gbps": 2900.0,
                         "compute.fp16.tensor_tflops": 65.0, "reduction.outer.bandwidth_gbps": 250.0}.items():
         assert abs(doc["params"][name]["value"] / truth - 1) < 0.15, name  # every notebook of the suite ran
+
+    # two notebooks in flight, but none started before the host-timed one had finished measuring
+    def started(nb):
+        return nbformat.read(run_dir / f"{nb}.ipynb", as_version=4).metadata.papermill.start_time
+
+    launch = nbformat.read(run_dir / "launch_latency.ipynb", as_version=4)
+    measured = next(c.metadata.papermill.end_time for c in launch.cells if "cal.release_gpu()" in c.source)
+    others = [p.stem for p in run_dir.glob("*.ipynb") if p.stem != "launch_latency"]
+    assert len(others) == 10 and all(started(nb) >= measured for nb in others)
+    assert started("memory_bandwidth") < launch.metadata.papermill.end_time  # overlapped its plots
 
     # every file the run wrote says it is simulated
     executed = nbformat.read(run_dir / "memory_bandwidth.ipynb", as_version=4)

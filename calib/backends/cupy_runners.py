@@ -6,6 +6,7 @@ returns a Measurement; the DRAM runner lives in the backend itself because of it
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ THREADS = 256
 # Each matmul point starts after an idle pause so that every point of a line is measured in the same,
 # uncapped state; a point that capped anyway is still marked throttled by the NVML readings.
 MATMUL_COOLDOWN_S = 0.25
+MATMUL_BUDGET_S = 0.1
 
 
 def _small_module(b):
@@ -193,8 +195,12 @@ def matmul(b, config: dict) -> Measurement:
 
     b.stream.synchronize()
     time.sleep(MATMUL_COOLDOWN_S)
+    # A noisy point would otherwise keep sampling for up to the rule's budget, heat the GPU into the
+    # power cap and get noisier still: at most MATMUL_BUDGET_S of matmul per point.
+    rule = dataclasses.replace(b.rule, budget_s=min(b.rule.budget_s, MATMUL_BUDGET_S))
 
-    return b.time_launches(launch, perf_config={"library": "cuBLAS via cupy.matmul", "dtype": dtype_name})
+    return b.time_launches(launch, rule=rule, perf_config={"library": "cuBLAS via cupy.matmul", "dtype": dtype_name,
+                                                          "cooldown_s": MATMUL_COOLDOWN_S})
 
 
 def reduction(b, config: dict) -> Measurement:
