@@ -32,6 +32,7 @@ NOTEBOOKS = ["memory_bandwidth", "cache_hierarchy", "shared_memory", "occupancy"
 # ±9% on an H200 host (2026-11-29). They measure alone: the others start when they have finished
 # measuring (the signal a notebook leaves through Calibration.release_gpu).
 HOST_TIMED = ("launch_latency",)
+COMPILE_ONLY = ("registers",)
 
 
 class RunError(RuntimeError):
@@ -87,7 +88,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     base_params = {"backend": name, "device": device, "suite": suite, "output_dir": str(run_dir),
                    "sim_spec": str(Path(sim_spec).resolve()) if sim_spec else None, "label": label,
                    **(parameters or {})}
-    jobs = default_jobs(name) if jobs in (None, "auto") else max(1, int(jobs))
+    jobs = default_jobs(name, len(names)) if jobs in (None, "auto") else max(1, int(jobs))
     if jobs > 1:
         echo(f"{jobs} notebooks at a time: one measures while the others start, fit and plot "
              "(measurements take turns on the GPU).")
@@ -140,16 +141,17 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
                      failed=failed, wall_s=summary["wall_s"])
 
 
-def default_jobs(backend_name: str) -> int:
-    """Notebooks in flight at once. On a GPU, several hide kernel start, imports, fitting and
-    plotting behind another notebook's measurements (with three, the GPU still sat idle for 9 s of a
-    60 s quick run while every slot was plotting). Each needs cores of its own, or the host-side
-    timings (launch overhead) would measure the neighbours, so small hosts run one at a time. The
-    simulated device measures nothing real and simply uses two cores where there are two."""
+def default_jobs(backend_name: str, notebooks: int) -> int:
+    """Notebooks in flight at once. On a GPU, all of them where the host has the cores: a notebook
+    waiting for the GPU lock costs nothing, and every one in flight has its kernel started, its
+    imports done and its kernels compiled by the time the GPU is free (with five slots, an H200
+    sat idle for 5 s at a time while the slots held notebooks queuing for the lock and the next
+    could not even start). Small hosts run one at a time: the host-side timings need quiet cores.
+    The simulated device measures nothing real and uses two cores where there are two."""
     cores = os.cpu_count() or 1
     if backend_name == "sim":
-        return min(2, cores)
-    return max(3, min(6, cores // 3)) if cores >= 8 else 1
+        return min(2, cores, notebooks)
+    return max(1, min(notebooks, cores - 4)) if cores >= 8 else 1
 
 
 def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = None):
@@ -165,7 +167,9 @@ def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = 
     from tqdm.auto import tqdm
 
     first = [t for t in tasks if t[0] in HOST_TIMED]
-    rest = [t for t in tasks if t[0] not in HOST_TIMED]
+    # the longest CPU-only work (NVRTC compiling every register variant: 10 s quick, 40 s full on
+    # an H200 host) starts as early as it may, so that it does not end the run alone
+    rest = sorted((t for t in tasks if t[0] not in HOST_TIMED), key=lambda t: t[0] not in COMPILE_ONLY)
     # spawn: a forked child would inherit this process's threads and ZMQ state half-initialised
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {t[0]: pool.submit(_execute_one, *t, parallel=True, signal_dir=signal_dir) for t in first}
