@@ -67,7 +67,7 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
     measured = next(c.metadata.papermill.end_time for c in launch.cells if "cal.release_gpu()" in c.source)
     others = [p.stem for p in run_dir.glob("*.ipynb") if p.stem != "launch_latency"]
     assert len(others) == 10 and all(started(nb) >= measured for nb in others)
-    assert started("memory_bandwidth") < launch.metadata.papermill.end_time  # overlapped its plots
+    assert min(started(nb) for nb in others) < launch.metadata.papermill.end_time  # overlapped its plots
 
     # every file the run wrote says it is simulated
     executed = nbformat.read(run_dir / "memory_bandwidth.ipynb", as_version=4)
