@@ -138,12 +138,15 @@ class CupyBackend(Backend):
         return self._modules[key].get_function(self._kernel_name(kind, width, perf))
 
     def prepare(self, configs: list[dict]) -> None:
-        experiments = {c.get("experiment") for c in configs}
-        for kind, width in sorted({(c["kind"], int(c["width_bytes"])) for c in configs
-                                   if c.get("experiment") in (dram.EXPERIMENT, occupancy.EXPERIMENT)
-                                   and "kind" in c} | ({("read", 16)} if occupancy.EXPERIMENT in experiments else set())):
+        dram_modules = set()
+        for c in configs:
+            if c.get("experiment") == dram.EXPERIMENT:
+                dram_modules.add((c["kind"], int(c["width_bytes"])))
+            elif c.get("experiment") == occupancy.EXPERIMENT:  # the DRAM read kernel, at other residencies
+                dram_modules.add(("read", int(c["width_bytes"])))
+        for kind, width in sorted(dram_modules):
             self._kernel(kind, width, next(self.perf_configs(kind)))
-        cupy_runners.prepare(self, experiments)
+        cupy_runners.prepare(self, {c.get("experiment") for c in configs})
 
     @staticmethod
     def perf_configs(kind: str):

@@ -1,12 +1,12 @@
 """Dense matmul throughput through cuBLAS (``cupy.matmul``), per data type.
 
 An M×N output of fixed size (8192²: whole tiles) and a reduction depth K that grows from 1024 to
-8192. The sweep varies K rather than the side of square products: cuBLAS's
-grid of output tiles, and so its wave quantization over the SMs, is then the same at every point:
-square sizes on an H200 scattered by up to 20% around any line (5120² in TF32 ran slower per flop
-than 4096², 2026-11-29), while at fixed M×N the time is linear in K. ``t = t0 + 2MNK / rate`` per
-type gives ``compute.<type>.tensor_tflops``; t0 absorbs writing the output once. TF32 is float32
-inputs with CuPy's TF32 mode on; bf16 is measured where CuPy can hold bfloat16 arrays.
+8192. The sweep varies K rather than the side of square products: cuBLAS's grid of output tiles,
+and so its wave quantization over the SMs, is then the same at every point. Square sizes on an
+H200 scattered by up to 20% around any line (5120² in TF32 ran slower per flop than 4096²,
+2026-11-29); at fixed M×N the time is linear in K. ``t = t0 + 2MNK / rate`` per type gives
+``compute.<type>.tensor_tflops``; t0 absorbs writing the output once. TF32 is float32 inputs with
+CuPy's TF32 mode on; bf16 is measured where CuPy can hold bfloat16 arrays.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ The DRAM read kernel runs with every combination of resident blocks per SM and u
 loads, so that the bytes each SM has in flight, ``x = blocks × 256 threads × unroll × 16``, range
 from 4 KiB to 256 KiB. Narrower loads are left out: on an H200 4-byte loads stopped at 85% of the
 ceiling with 64 KiB in flight (2026-11-29), limited by the load instructions issued, not by the
-bytes in flight that Little's law counts. By Little's law the achieved bandwidth is ``x · SMs / latency`` until
+bytes in flight that Little's law counts.
+
+By Little's law the achieved bandwidth is ``x · SMs / latency`` until
 it reaches the DRAM ceiling; the time model is
 
     t = t0 + bytes · max(c_max, latency / (x · SMs))
