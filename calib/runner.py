@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import fingerprint as fp
-from .backends import resolve_backend_name
+from .backends import get_backend, resolve_backend_name
 from .calibration import MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, read_fragment
 from .profile import merge_into, user_profiles_dir, utc_now
 
@@ -75,6 +76,10 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
         echo(f"calib run: calibrating the SIMULATED device ({why}; {spec_text}). Nothing here measures real hardware.")
         if sim_spec and not Path(sim_spec).is_file():
             raise RunError(f"simulated-device spec {sim_spec} does not exist")
+        try:  # once here, rather than the same error from every notebook
+            get_backend("sim", sim_spec=sim_spec).close()
+        except Exception as exc:  # noqa: BLE001 - whatever the spec got wrong, said in one line
+            raise RunError(f"simulated-device spec {sim_spec or '(built-in)'} is not usable: {exc}") from None
     else:
         echo(f"calib run: calibrating GPU {device} on the cupy backend ({why}).")
 
@@ -161,8 +166,7 @@ def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = 
         for task in tasks:
             yield _execute_one(*task)
         return
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
     from tqdm.auto import tqdm
 
@@ -170,13 +174,12 @@ def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = 
     # the longest CPU-only work (NVRTC compiling every register variant: 10 s quick, 40 s full on
     # an H200 host) starts as early as it may, so that it does not end the run alone
     rest = sorted((t for t in tasks if t[0] not in HOST_TIMED), key=lambda t: t[0] not in COMPILE_ONLY)
-    # spawn: a forked child would inherit this process's threads and ZMQ state half-initialised
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {t[0]: pool.submit(_execute_one, *t, parallel=True, signal_dir=signal_dir) for t in first}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {t[0]: pool.submit(_execute_in_process, t, signal_dir) for t in first}
         for nb, future in futures.items():
             while not (future.done() or (signal_dir and (signal_dir / f"{nb}.measured").exists())):
                 time.sleep(0.05)
-        futures.update({t[0]: pool.submit(_execute_one, *t, parallel=True, signal_dir=signal_dir) for t in rest})
+        futures.update({t[0]: pool.submit(_execute_in_process, t, signal_dir) for t in rest})
         with tqdm(total=len(tasks), desc="notebooks", unit="nb", disable=not progress) as bar:
             for task in tasks:
                 result = futures[task[0]].result()
@@ -185,21 +188,32 @@ def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = 
                 yield result
 
 
-def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, progress_bar, parallel=False,
-                 signal_dir: Path | None = None):
-    """One notebook through papermill in a real kernel. Returns plain values, so that it can run in
-    a worker process (papermill's exception does not survive pickling)."""
+def _execute_in_process(task, signal_dir: Path | None):
+    """One notebook in a Python process of its own (``python -m calib.runner --one``): a process
+    that crashes takes only its notebook with it, and nothing depends on how this process was
+    started (a process pool would re-import its main module, which a REPL does not have)."""
+    nb = task[0]
+    env = dict(os.environ)
+    # numerical libraries start a thread per core in every kernel: with several notebooks in flight
+    # they would crowd the core that times launches
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, "2")
+    if signal_dir is not None:  # the kernel inherits these: Calibration.release_gpu() says it is done
+        env.update({MEASURED_SIGNAL_DIR_ENV: str(signal_dir), NOTEBOOK_ENV: nb})
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "calib.runner", "--one", json.dumps(task)], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(ONE_RESULT_PREFIX):
+            return tuple(json.loads(line[len(ONE_RESULT_PREFIX):]))
+    tail = " ".join(proc.stderr.strip().splitlines()[-3:])
+    return nb, f"its process exited with status {proc.returncode}: {tail}", time.perf_counter() - t0
+
+
+def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, progress_bar):
+    """One notebook through papermill in a real kernel; an error comes back as text."""
     import papermill
 
-    if signal_dir is not None:  # the kernel inherits these: Calibration.release_gpu() says it is done
-        os.environ[MEASURED_SIGNAL_DIR_ENV] = str(signal_dir)
-        os.environ[NOTEBOOK_ENV] = nb
-
-    if parallel:
-        # numerical libraries start a thread per core in every kernel: with several notebooks in
-        # flight they would crowd the core that times launches
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ.setdefault(var, "2")
     t0 = time.perf_counter()
     error = None
     for attempt in (1, 2):
@@ -213,8 +227,8 @@ def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, 
             break
         except Exception as exc:  # noqa: BLE001 - the kernel died or never started
             # One of five kernels started together died at start on an H200 host (2026-11-29; its
-            # exception escaped the pool and was lost). Starting it again is safe: the sweeps
-            # resume from the results store and measure only what is missing.
+            # exception escaped the process pool of the time and was lost). Starting it again is
+            # safe: the sweeps resume from the results store and measure only what is missing.
             error = f"{type(exc).__name__}: {exc}"
             if attempt == 1:
                 print(f"calib run: {nb}: {error}; starting it again", file=sys.stderr)
@@ -236,3 +250,10 @@ def _link_sessions(fragments, profile_path: Path, run_dir: Path):
             except Exception as exc:  # the profile is written; a missing link is worth a line, not a failure
                 print(f"warning: could not link session {session['id']} to {profile_path}: {exc}", file=sys.stderr)
 
+
+ONE_RESULT_PREFIX = "calib-notebook-result: "
+
+if __name__ == "__main__":  # python -m calib.runner --one TASK_JSON: what _execute_in_process starts
+    if len(sys.argv) != 3 or sys.argv[1] != "--one":
+        sys.exit("usage: python -m calib.runner --one TASK_JSON (started by calib run)")
+    print(ONE_RESULT_PREFIX + json.dumps(_execute_one(*json.loads(sys.argv[2]))), flush=True)

@@ -178,3 +178,39 @@ def test_a_kernel_that_dies_is_started_again_and_a_second_death_is_reported(monk
 
     monkeypatch.setattr(papermill, "execute_notebook", always_dies)
     assert runner._execute_one("occupancy", "in.ipynb", "out.ipynb", {}, ".", False)[1] == "RuntimeError: Kernel died"
+
+
+@pytest.mark.slow
+def test_a_notebook_that_fails_does_not_stop_the_others_running_beside_it(tmp_path):
+    """Two notebooks in flight, each in a process of its own: the one whose cell raises is
+    reported by name with its error, and the other's parameters still reach the profile."""
+    from calib.runner import run
+
+    result = run(backend="sim", suite="quick", run_dir=tmp_path / "run", profile_path=tmp_path / "p.json",
+                 notebooks=["memory_bandwidth", "launch_latency"], parameters={"sizes_mib": [-1]},
+                 progress=False, jobs=2, echo=lambda text: None)
+    assert result.failed == [("memory_bandwidth", "ValueError: DRAM buffer sizes must be positive; got [-1048576] bytes")]
+    profile = json.loads((tmp_path / "p.json").read_text())["params"]
+    assert {"launch.overhead_us", "launch.latency_us", "launch.graph_node_us"} <= set(profile)
+    assert not any(name.startswith("memory.dram") for name in profile)
+
+
+def test_a_notebook_process_that_dies_is_a_failure_of_that_notebook_only(monkeypatch, tmp_path):
+    from calib import runner
+
+    crash = tmp_path / "crash"  # started in place of `python -m calib.runner --one ...`
+    crash.write_text("#!/bin/sh\necho 'Segmentation fault' >&2\nexit 139\n")
+    crash.chmod(0o755)
+    monkeypatch.setattr(runner.sys, "executable", str(crash))
+    nb, error, _ = runner._execute_in_process(("occupancy", "in.ipynb", "out.ipynb", {}, ".", False), None)
+    assert nb == "occupancy" and error == "its process exited with status 139: Segmentation fault"
+
+
+def test_an_unusable_spec_is_refused_once_before_any_notebook_starts(tmp_path, fixture_path):
+    proc = subprocess.run([sys.executable, "-m", "calib", "run", "--backend", "sim", "--sim-spec",
+                           str(fixture_path("ramp_ends_before_it_starts.json")), "--run-dir", str(tmp_path / "run"),
+                           "--profile", str(tmp_path / "p.json"), "--no-progress"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "is not usable: memory.l2.capacity_bytes.ramp_end must exceed memory.l2.capacity_bytes" in proc.stderr
+    assert not list((tmp_path / "run").glob("*.ipynb")) and not (tmp_path / "p.json").exists()

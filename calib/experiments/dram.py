@@ -58,6 +58,9 @@ def plan(suite: str, *, l2_bytes: int, memory_bytes: int, size_list=None, kinds=
          **_) -> list[dict]:
     """The configs of one sweep, ordered so that a partial sweep already covers every group."""
     size_list = list(size_list) if size_list is not None else sizes(suite, l2_bytes, memory_bytes)
+    bad = [s for s in size_list if not s > 0]
+    if bad:
+        raise ValueError(f"DRAM buffer sizes must be positive; got {bad} bytes")
     return [{"experiment": EXPERIMENT, "kind": k, "width_bytes": int(w), "size_bytes": int(s)}
             for s in size_list for k in kinds for w in widths]
 
