@@ -325,7 +325,7 @@ table["simulated"] = cal.simulated
 table.to_parquet(cal.output_dir / "registers.parquet")
 records, line = registers.fit(reports, line_max_n=registers.LINE_MAX_N[suite], source="notebooks/registers.ipynb")
 parameter_frame(records)'''),
-    new_code_cell('''fig = registers.plot(table, records, title=cal.title("registers against buffered elements"))
+    new_code_cell('''fig = registers.plot(table, records, title=cal.title("registers against buffered elements"), line=line)
 cal.save_figure(fig, "registers")'''),
     new_markdown_cell("""## Reading
 

@@ -125,9 +125,11 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
 
 
 def plot(fits: dict, *, title: str, simulated: bool):
+    """Achieved bandwidth against bytes in flight with the fitted hinge; beside it how far the hinge
+    misses each point (the gradual approach to the ceiling shows here)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.8), constrained_layout=True)
+    fig, (ax, ar) = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
     f = fits.get(EXPERIMENT)
     if f is None:
         return fig
@@ -136,6 +138,10 @@ def plot(fits: dict, *, title: str, simulated: bool):
     ax.plot(f["x"][order] / 1024, (f["b"] / f["fitted"] * 1e-3)[order], "-", lw=1, label="Little's-law hinge")
     ax.set(xscale="log", xlabel="bytes in flight per SM (KiB)", ylabel="achieved GB/s", title=title)
     ax.legend(fontsize=8)
+    ar.plot(f["x"] / 1024, (f["t"] - f["fitted"]) / f["fitted"] * 100, "o", ms=4)
+    ar.axhline(0, color="k", lw=0.8)
+    ar.set(xscale="log", xlabel="bytes in flight per SM (KiB)", ylabel="time residual (% of fitted)",
+           title="residuals of the hinge")
     if simulated:
         fig.suptitle("SIMULATED DEVICE: not a measurement of real hardware", color="crimson")
     return fig

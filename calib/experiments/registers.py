@@ -125,11 +125,12 @@ def fit(reports: list[dict], *, line_max_n: int | None = None, source: str | Non
     return records, res
 
 
-def plot(table, records: dict, *, title: str):
-    """Registers against N, spilled points marked, the fitted line over the clean ones."""
+def plot(table, records: dict, *, title: str, line=None):
+    """Registers against N, spilled points marked, the fitted line over the clean ones; beside it
+    the line's residuals, against the scatter that allocation in granules of 8 alone would leave."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.8), constrained_layout=True)
+    fig, (ax, ar) = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
     clean = table[table["spill_bytes"] == 0]
     spilled = table[table["spill_bytes"] > 0]
     ax.plot(clean["buffered"], clean["registers"], "o", ms=4, label="no spill")
@@ -143,4 +144,13 @@ def plot(table, records: dict, *, title: str):
     ax.axhline(REGISTER_CAP, color="k", ls=":", lw=0.8)
     ax.set(xlabel="elements buffered per thread (N)", ylabel="registers per thread", title=title)
     ax.legend(fontsize=8)
+    if line is not None:
+        rounding = 2 * 8 / np.sqrt(12)
+        ar.plot(np.asarray(line.model.exog)[:, 1], line.resid, "o", ms=4)
+        for y in (-rounding, 0, rounding):
+            ar.axhline(y, color="k", lw=0.8, ls="-" if y == 0 else ":")
+        ar.set(xlabel="elements buffered per thread (N)", ylabel="residual (registers)",
+               title="residuals of the line (dotted: twice the rounding scatter)")
+    else:
+        ar.set_axis_off()
     return fig
