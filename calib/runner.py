@@ -34,6 +34,8 @@ NOTEBOOKS = ["memory_bandwidth", "cache_hierarchy", "shared_memory", "occupancy"
 # measuring (the signal a notebook leaves through Calibration.release_gpu).
 HOST_TIMED = ("launch_latency",)
 COMPILE_ONLY = ("registers",)
+# The line by which `python -m calib.runner --one` hands its notebook's result back.
+ONE_RESULT_PREFIX = "calib-notebook-result: "
 
 
 class RunError(RuntimeError):
@@ -250,8 +252,6 @@ def _link_sessions(fragments, profile_path: Path, run_dir: Path):
             except Exception as exc:  # the profile is written; a missing link is worth a line, not a failure
                 print(f"warning: could not link session {session['id']} to {profile_path}: {exc}", file=sys.stderr)
 
-
-ONE_RESULT_PREFIX = "calib-notebook-result: "
 
 if __name__ == "__main__":  # python -m calib.runner --one TASK_JSON: what _execute_in_process starts
     if len(sys.argv) != 3 or sys.argv[1] != "--one":
