@@ -55,7 +55,7 @@ def main(argv=None) -> int:
 
     backend = CupyBackend(device=args.device)
     device, software = backend.fingerprint()
-    size_list = dram.sizes(args.suite, backend.l2_bytes, backend.memory_bytes)
+    size_list = dram.sizes(args.suite, backend.l2_bytes, backend.memory_bytes, reference=True)
     times, ns = [], []
     for size in size_list:
         m = backend.measure_memcpy(size)

@@ -4,6 +4,7 @@
 #   gpu.txt, pytest-gpu.txt, bench-<suite>.md, bench-<suite>.json, run-<suite>.tgz (executed notebooks,
 #   results database, profile)
 #   device tool: carry [".whl"], command: bash bench/device_run.sh quick full
+# EXPLORE=1 adds bench/copy_explore.py (copy-explore.txt), DIAGNOSE=1 bench/diagnose.py (diagnose.txt).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || exit 1
@@ -13,6 +14,7 @@ export XDG_DATA_HOME=/tmp/xdg
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee $OUT/gpu.txt
 timeout 180 python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tee $OUT/pytest-gpu.txt
 [ -n "${EXPLORE:-}" ] && python3 bench/copy_explore.py 2>&1 | tee $OUT/copy-explore.txt
+[ -n "${DIAGNOSE:-}" ] && CUPY_TF32=1 timeout 120 python3 bench/diagnose.py 2>&1 | tee $OUT/diagnose.txt
 for suite in "${@:-quick}"; do
   work=/tmp/bench-$suite
   rm -rf "$work"  # a warm machine keeps /tmp: a reused run folder would resume, not measure

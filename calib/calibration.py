@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 from pathlib import Path
 
 from .backends import get_backend, resolve_backend_name
@@ -22,6 +24,12 @@ from .timing import StoppingRule
 FRAGMENT_SCHEMA = "calib.fragment/1"
 # Set by `calib run` for the kernels it starts: where a notebook signals that it has measured.
 MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV = "CALIB_MEASURED_SIGNAL_DIR", "CALIB_NOTEBOOK"
+# Set by `calib run` too: a file to create once this notebook is ready to measure, and a file whose
+# appearance says it is this notebook's turn (see calib.runner: the host-timed notebook measures on
+# a quiet host while the others wait, ready, for it to finish).
+TURN_READY_ENV, TURN_WAIT_ENV = "CALIB_TURN_READY", "CALIB_TURN_WAIT"
+# A notebook whose run died would otherwise wait for ever; past this it measures, and says so.
+TURN_TIMEOUT_S = 600.0
 SIMULATED_BANNER = ("SIMULATED DEVICE: these numbers come from calib's simulated GPU, not from real "
                     "hardware. They demonstrate the pipeline and test the statistics.")
 
@@ -40,6 +48,7 @@ class Calibration:
         self.label = label or f"calib-{utc_now()}"
         self.session_id = self.store.open_session(self.label, self.device, self.software, reason=reason, ticket=ticket)
         self._gpu_lock = None if self.simulated else GpuLock(device)
+        self._turn_taken = False
 
     @property
     def simulated(self) -> bool:
@@ -57,11 +66,13 @@ class Calibration:
         processes with ``wait_for_workers``); return the tidy frame of all, and the report."""
         from .worker import physical_gpu_id
 
-        if self._gpu_lock is not None:
-            if wait_for_workers:
-                self.release_gpu()  # the workers measure; one of them may be on this GPU
-            else:
-                self.backend.prepare(configs)  # compile while another notebook may be measuring
+        if wait_for_workers:
+            self.await_turn()
+            self.release_gpu()  # the workers measure; one of them may be on this GPU
+        else:
+            self.backend.prepare(configs)  # compile while another notebook may be measuring
+            self.await_turn()
+            if self._gpu_lock is not None:
                 self._gpu_lock.acquire()
         report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
                            gpu_id=None if self.simulated else physical_gpu_id(self.device_index),
@@ -72,6 +83,26 @@ class Calibration:
             first = report.failed[0][1] if report.failed else "no point was measured"
             raise RuntimeError(f"none of the {len(configs)} points of this sweep has a result; first error: {first}")
         return frame[frame["experiment"].isin(experiments)].reset_index(drop=True), report
+
+    def await_turn(self):
+        """Inside ``calib run``: say that this notebook is ready, then wait until the run lets it
+        go on. A notebook calls this before work that would disturb a host-timed measurement
+        (sweeps call it themselves); outside a run, and after the first call, it returns at once."""
+        if self._turn_taken:
+            return
+        self._turn_taken = True
+        ready, wait = os.environ.get(TURN_READY_ENV), os.environ.get(TURN_WAIT_ENV)
+        if ready:
+            Path(ready).touch()
+        if not wait:
+            return
+        deadline = time.monotonic() + TURN_TIMEOUT_S
+        while not Path(wait).exists():
+            if time.monotonic() > deadline:
+                print(f"calib: waited {TURN_TIMEOUT_S:.0f} s for {wait}, which calib run should have created; "
+                      "measuring anyway", file=sys.stderr)
+                return
+            time.sleep(0.02)
 
     def release_gpu(self):
         """Say that this notebook has finished measuring: its buffers are freed and the next

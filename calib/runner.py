@@ -19,7 +19,8 @@ from pathlib import Path
 
 from . import fingerprint as fp
 from .backends import get_backend, resolve_backend_name
-from .calibration import MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, read_fragment
+from .calibration import (MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, TURN_READY_ENV, TURN_WAIT_ENV,
+                          read_fragment)
 from .profile import merge_into, user_profiles_dir, utc_now
 
 # Every suite runs every notebook; the suite picks each notebook's grid (passed as `suite`).
@@ -30,8 +31,7 @@ NOTEBOOKS = ["memory_bandwidth", "cache_hierarchy", "shared_memory", "occupancy"
 
 # Notebooks that time the host (launch submission from Python): with other notebooks importing and
 # plotting beside them, launch.overhead_us fell from 6.4 to 4.7 us and its CI widened from ±1% to
-# ±9% on an H200 host (2026-11-29). They measure alone: the others start when they have finished
-# measuring (the signal a notebook leaves through Calibration.release_gpu).
+# ±9% on an H200 host (2026-11-29). They measure while the others wait, ready (Turns, below).
 HOST_TIMED = ("launch_latency",)
 COMPILE_ONLY = ("registers",)
 # The line by which `python -m calib.runner --one` hands its notebook's result back.
@@ -98,7 +98,8 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     jobs = default_jobs(name, len(names)) if jobs in (None, "auto") else max(1, int(jobs))
     if jobs > 1:
         echo(f"{jobs} notebooks at a time: one measures while the others start, fit and plot"
-             + (" (measurements take turns on the GPU)." if name != "sim" else "."))
+             + (" (measurements take turns on the GPU;" if name != "sim" else " (")
+             + f" {', '.join(HOST_TIMED)} measures first, while the others wait).")
     tasks = []
     for i, nb in enumerate(names, 1):
         source = notebooks_dir() / f"{nb}.ipynb"
@@ -162,8 +163,9 @@ def default_jobs(backend_name: str, notebooks: int) -> int:
 
 
 def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = None):
-    """Yield (notebook, error or None, wall seconds) in the suite's order. With several jobs, the
-    host-timed notebooks start first and the others only once those have finished measuring."""
+    """Yield (notebook, error or None, wall seconds) in the suite's order. With several jobs, as
+    many notebooks as there are slots start at once, the host-timed ones first; see :class:`Turns`
+    for the order in which they then measure."""
     if jobs == 1:
         for task in tasks:
             yield _execute_one(*task)
@@ -176,12 +178,17 @@ def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = 
     # the longest CPU-only work (NVRTC compiling every register variant: 10 s quick, 40 s full on
     # an H200 host) starts as early as it may, so that it does not end the run alone
     rest = sorted((t for t in tasks if t[0] not in HOST_TIMED), key=lambda t: t[0] not in COMPILE_ONLY)
+    turns = Turns(signal_dir, [t[0] for t in first], slots=jobs) if first and rest and signal_dir else None
+    started = set()
+
+    def start(task):
+        started.add(task[0])
+        return _execute_in_process(task, signal_dir, turns.env(task[0]) if turns else {})
+
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {t[0]: pool.submit(_execute_in_process, t, signal_dir) for t in first}
-        for nb, future in futures.items():
-            while not (future.done() or (signal_dir and (signal_dir / f"{nb}.measured").exists())):
-                time.sleep(0.05)
-        futures.update({t[0]: pool.submit(_execute_in_process, t, signal_dir) for t in rest})
+        futures = {t[0]: pool.submit(start, t) for t in first + rest}  # the pool starts them in this order
+        if turns:
+            turns.referee(futures, started, others=len(rest))
         with tqdm(total=len(tasks), desc="notebooks", unit="nb", disable=not progress) as bar:
             for task in tasks:
                 result = futures[task[0]].result()
@@ -190,7 +197,54 @@ def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = 
                 yield result
 
 
-def _execute_in_process(task, signal_dir: Path | None):
+class Turns:
+    """The order in which the notebooks in flight measure, told through files in the signal folder.
+
+    Host-timed notebooks (launch submission timed from Python) must measure on a quiet host, yet
+    waiting for them before starting the others left an H200 idle for 6 s of a 47 s quick suite
+    (2026-11-29): starting ten kernels, importing and compiling. So everything starts together; the
+    others prepare (import, compile, allocate), say they are ready and wait; once all are ready the
+    host-timed notebooks measure; once they have measured the others go on, taking turns on the
+    GPU lock. A notebook that ends, however it ends, counts as ready and as measured, so a crash
+    never holds up the rest.
+    """
+
+    GO, OPEN = "host-timed.go", "others.go"
+    # a notebook that neither gets ready nor ends (a hung kernel) holds up the host-timed ones no longer
+    READY_TIMEOUT_S = 120.0
+
+    def __init__(self, folder: Path, host_timed: list[str], *, slots: int):
+        self.folder, self.host_timed, self.slots = Path(folder), list(host_timed), slots
+
+    def env(self, notebook: str) -> dict:
+        if notebook in self.host_timed:
+            return {TURN_WAIT_ENV: str(self.folder / self.GO)}
+        return {TURN_READY_ENV: str(self.folder / f"{notebook}.ready"), TURN_WAIT_ENV: str(self.folder / self.OPEN)}
+
+    def referee(self, futures: dict, started: set, *, others: int, echo=None):
+        """Create the two files at their moments; return once the second exists. ``started``
+        fills as the pool starts notebooks; ``others`` counts the notebooks that are not host-timed."""
+        echo = echo or (lambda text: print(text, file=sys.stderr))
+        in_flight = min(others, self.slots - len(self.host_timed))  # the others the pool starts at once
+        go, deadline = False, time.monotonic() + self.READY_TIMEOUT_S
+        while True:
+            if all((self.folder / f"{nb}.measured").exists() or futures[nb].done() for nb in self.host_timed):
+                (self.folder / self.OPEN).touch()
+                return
+            if not go:
+                waiting = [nb for nb in started - set(self.host_timed)
+                           if not ((self.folder / f"{nb}.ready").exists() or futures[nb].done())]
+                ready = len(started - set(self.host_timed)) >= in_flight and not waiting
+                if not ready and time.monotonic() > deadline:
+                    echo(f"calib run: {', '.join(sorted(waiting)) or 'a notebook'} not ready after "
+                         f"{self.READY_TIMEOUT_S:.0f} s; {', '.join(self.host_timed)} measures beside it")
+                if ready or time.monotonic() > deadline:
+                    (self.folder / self.GO).touch()
+                    go = True
+            time.sleep(0.02)
+
+
+def _execute_in_process(task, signal_dir: Path | None, turn_env: dict | None = None):
     """One notebook in a Python process of its own (``python -m calib.runner --one``): a process
     that crashes takes only its notebook with it, and nothing depends on how this process was
     started (a process pool would re-import its main module, which a REPL does not have)."""
@@ -202,6 +256,7 @@ def _execute_in_process(task, signal_dir: Path | None):
         env.setdefault(var, "2")
     if signal_dir is not None:  # the kernel inherits these: Calibration.release_gpu() says it is done
         env.update({MEASURED_SIGNAL_DIR_ENV: str(signal_dir), NOTEBOOK_ENV: nb})
+    env.update(turn_env or {})
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "calib.runner", "--one", json.dumps(task)], env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -23,7 +23,7 @@ Z95 = 1.959963984540054
 NOISY_IQR_FRACTION = 0.10
 # Samples further than this many robust standard deviations (1.4826 MAD) from the median are
 # interference (a context switch, another process's kernel), not the kernel's own time.
-OUTLIER_MADS = 5.0
+OUTLIER_MADS = 3.5
 
 
 def median_ci_ranks(n: int) -> tuple[int, int]:

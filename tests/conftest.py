@@ -48,3 +48,14 @@ def fixture_path():
 @pytest.fixture
 def python_exe():
     return sys.executable
+
+
+@pytest.fixture
+def quick_dram_points():
+    """Points of the quick DRAM sweep on the built-in simulated device: what `calib run` and
+    `calib sweep` measure when told nothing else."""
+    from calib.backends.sim import SimBackend
+    from calib.experiments import dram
+
+    sim = SimBackend()
+    return len(dram.plan("quick", l2_bytes=sim.l2_bytes, memory_bytes=sim.memory_bytes))

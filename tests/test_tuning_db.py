@@ -241,7 +241,7 @@ def test_winners_view_and_tsv_round_trip(db_url, tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_waits_for_two_workers_then_status_and_winners(tmp_path):
+def test_sweep_waits_for_two_workers_then_status_and_winners(tmp_path, quick_dram_points):
     """The fleet path end to end through the CLI: `calib sweep --wait` enqueues and waits, two
     `calib worker` processes drain the jobs, `calib status` counts them, winners export."""
     url = sqlite_url(tmp_path / "fleet.sqlite")
@@ -259,14 +259,15 @@ def test_sweep_waits_for_two_workers_then_status_and_winners(tmp_path):
     outs = [w.communicate(timeout=300) for w in workers]
     out, err = sweep.communicate(timeout=300)
     assert sweep.returncode == 0, err[-2000:]
-    assert "120 points: 120 measured now, 0 already done" in out
+    n = quick_dram_points
+    assert f"{n} points: {n} measured now, 0 already done" in out
     done = [int(o.strip().splitlines()[-1].split(": ")[1].split(" completed")[0]) for o, _ in outs]
-    assert sum(done) == 120
+    assert sum(done) == n
     status = subprocess.run([sys.executable, "-m", "calib", "status"], capture_output=True, text=True, env=env,
                             timeout=60)
     row = [line for line in status.stdout.splitlines() if line.rstrip().endswith("fleet")][0].split()
-    assert row[-7:-1] == ["0", "0", "120", "0", "0", "0"]  # new, running, completed, failed, timed out, skipped
+    assert row[-7:-1] == ["0", "0", str(n), "0", "0", "0"]  # new, running, completed, failed, timed out, skipped
     tsv = tmp_path / "w.tsv"
     exported = subprocess.run([sys.executable, "-m", "calib", "winners", "export", str(tsv)], capture_output=True,
                               text=True, env=env, timeout=60)
-    assert exported.returncode == 0 and "wrote 120 winners" in exported.stdout
+    assert exported.returncode == 0 and f"wrote {n} winners" in exported.stdout

@@ -319,6 +319,7 @@ from calib.report import parameter_frame
 cal = Calibration(backend=backend, sim_spec=sim_spec, device=device, db=db, output_dir=output_dir, label=label,
                   seed=seed)
 print(cal.banner())
+cal.await_turn()  # in calib run, compiling waits while a host-timed notebook measures
 reports = cal.backend.compile_report(registers.plan(suite))
 table = pd.DataFrame(reports)
 table["simulated"] = cal.simulated
