@@ -74,3 +74,24 @@ def test_every_planned_point_has_a_compiled_kernel_on_the_gpu(suite):
 
     assert {c["unroll"] for c in occupancy.plan(suite)} <= set(UNROLLS)
     assert all(c["mn"] % 4 == 0 for c in splitk.plan(suite, memory_bytes=2**37))
+
+
+def test_data_sized_grids_cover_the_buffer_and_refuse_what_a_grid_cannot_hold():
+    """The DRAM tuner's grids sized to the data (blocks_per_sm None) launch one block per
+    threads × unroll elements, rounded up; a grid over 2^31 - 1 blocks is refused by name rather than
+    failing inside the driver. Runs without a GPU: only the launch arithmetic."""
+    from types import SimpleNamespace
+
+    from calib.backends.cupy_backend import CupyBackend
+
+    gpu = SimpleNamespace(sm_count=132)
+    data = {"threads": 128, "blocks_per_sm": None, "unroll": 1, "layout": "strided"}
+    assert CupyBackend._grid_blocks(gpu, data, 2**26) == 2**19
+    assert CupyBackend._grid_blocks(gpu, data, 2**26 + 1) == 2**19 + 1  # the last element gets a block
+    assert CupyBackend._grid_blocks(gpu, {**data, "blocks_per_sm": 4}, 2**26) == 528
+    with pytest.raises(UnsupportedConfig, match="at most 2147483647"):
+        CupyBackend._grid_blocks(gpu, data, 2**40)
+    for kind in ("read", "write", "copy"):
+        configs = list(CupyBackend.perf_configs(kind))
+        assert {c["threads"] for c in configs if c["blocks_per_sm"] is None} == {128, 256, 512}
+        assert all(CupyBackend._kernel_name(kind, 16, c) for c in configs)

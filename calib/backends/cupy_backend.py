@@ -30,6 +30,12 @@ BLOCKS_PER_SM = (1, 2, 4, 8, 16)
 UNROLLS = (1, 4, 8)
 LAYOUTS = ("strided", "tiled", "chunked")  # the kernel's LAYOUT 0, 1, 2
 COPY_ONLY_LAYOUTS = ("pipelined",)  # dram_copy_pipelined
+# Grids sized to the data rather than to the GPU: one strided step per thread, blocks retiring as
+# new ones start. With 128 threads a block this copy matched cudaMemcpyAsync at 1 GiB on an H200
+# (1.006 of it) where every persistent grid-stride shape stopped at 0.956 (bench/copy_more.py,
+# 2026-11-29); the tuner weighs them against the persistent shapes for every kind and width.
+DATA_GRID_THREADS = (128, 256, 512)
+MAX_GRID_BLOCKS = 2**31 - 1
 ROTATION = 2
 WARMUP_LAUNCHES = 3
 TUNE_SAMPLES = 8  # a search among configs 1% or more apart: the median of 8 separates them
@@ -150,15 +156,29 @@ class CupyBackend(Backend):
 
     @staticmethod
     def perf_configs(kind: str):
+        """Persistent grids (``blocks_per_sm`` blocks on every SM walking the whole buffer), then
+        grids sized to the data (``blocks_per_sm`` None: as many blocks as the data needs)."""
         layouts = LAYOUTS + COPY_ONLY_LAYOUTS if kind == "copy" else LAYOUTS
         for bps, unroll, layout in itertools.product(BLOCKS_PER_SM, UNROLLS, layouts):
             yield {"threads": THREADS, "blocks_per_sm": bps, "unroll": unroll, "layout": layout}
+        for threads in DATA_GRID_THREADS:
+            yield {"threads": threads, "blocks_per_sm": None, "unroll": 1, "layout": "strided"}
+
+    def _grid_blocks(self, perf: dict, n_elements: int) -> int:
+        if perf["blocks_per_sm"] is not None:
+            return self.sm_count * int(perf["blocks_per_sm"])
+        step = int(perf["threads"]) * int(perf["unroll"])
+        blocks = -(-n_elements // step)
+        if blocks > MAX_GRID_BLOCKS:
+            raise UnsupportedConfig(f"{n_elements} elements need {blocks} blocks of {perf['threads']} threads; "
+                                    f"a grid holds at most {MAX_GRID_BLOCKS}")
+        return blocks
 
     def _launcher(self, kind: str, width: int, perf: dict, size_bytes: int, src, dst):
         """A function of the sample index that launches one kernel on buffer set ``i % ROTATION``."""
         kernel = self._kernel(kind, width, perf)
-        grid, block = (self.sm_count * perf["blocks_per_sm"],), (perf["threads"],)
         n = np.uint64(size_bytes // width)
+        grid, block = (self._grid_blocks(perf, int(n)),), (perf["threads"],)
         stream = self.stream
         if kind == "read":
             return lambda i: kernel(grid, block, (src[i % ROTATION], n, self._sink), stream=stream)
@@ -189,7 +209,7 @@ class CupyBackend(Backend):
         cp = self.cp
         src = cp.random.random(n_bytes // 4, dtype=cp.float32).view(cp.uint8)
         dst = cp.empty(n_bytes, dtype=cp.uint8)
-        variants = [p for p in self.perf_configs("copy") if p["blocks_per_sm"] == 2]
+        variants = [p for p in self.perf_configs("copy") if p["blocks_per_sm"] in (2, None)]
         for width, perf in itertools.product(dram.WIDTHS, variants):
             dst.fill(0xA5)
             self._launcher("copy", width, perf, n_bytes, [src] * ROTATION, [dst] * ROTATION)(0)

@@ -263,7 +263,12 @@ def occupancy(b, config: dict) -> Measurement:
 
     if int(config["unroll"]) not in UNROLLS:
         raise UnsupportedConfig(f"the DRAM read kernel is compiled for unroll {UNROLLS}, not {config['unroll']}")
-    src, dst = b._ensure_buffers(size)
+    # Both sizes read the start of one allocation of the larger: the sweep alternates sizes, and
+    # allocating afresh at each point put the smaller size's points 13% below the larger's in every
+    # suite run on an H200 (2026-11-29), while the DRAM sweep near the same size did not show it.
+    from ..experiments.occupancy import SIZES
+
+    src, dst = b._ensure_buffers(max(size, *SIZES))
     perf = {"threads": int(config["threads"]), "blocks_per_sm": int(config["blocks_per_sm"]),
             "unroll": int(config["unroll"]), "layout": "strided"}
     return b.time_launches(b._launcher("read", width, perf, size, src, dst), perf_config=perf)

@@ -8,6 +8,9 @@
 //   2 chunked: each block owns one contiguous chunk of the buffer and walks it tile by tile, so
 //              the thousand concurrent streams spread over the whole buffer (in a copy, reads and
 //              writes then rarely meet in the same DRAM bank at the same time).
+// With a grid sized to the data (one step per thread), the strided walk is the plain copy of one
+// element per thread that a driver-style copy uses; the backend offers such grids beside the
+// persistent ones.
 // dram_copy_pipelined is the strided copy with the next step's loads issued before this step's
 // stores, the fastest copy shape found on an H200 (bench/copy_explore.py; evict-first and L2
 // prefetch hints and TMA bulk copies were slower there, so none is offered).
