@@ -23,6 +23,13 @@ THREADS = 256
 # uncapped state; a point that capped anyway is still marked throttled by the NVML readings.
 MATMUL_COOLDOWN_S = 0.25
 MATMUL_BUDGET_S = 0.1
+# Inside a suite the pause was not always enough: points of the quick suite ran with the SM clock
+# at 1590-1860 MHz instead of 1980, 7-20% slow, and made the TF32 CI ±22% (H200, 2026-11-29). A
+# point whose clock dropped is measured again after a longer pause; the attempts set aside stay in
+# the results store (role "throttled"), and a point still throttled after the last is kept, marked.
+MATMUL_RETRY_COOLDOWN_S = 1.0
+MATMUL_THROTTLE_RETRIES = 2
+THROTTLED_CLOCK_FRACTION = 0.97
 
 
 def _small_module(b):
@@ -193,14 +200,32 @@ def matmul(b, config: dict) -> Measurement:
         with b.stream:
             cp.matmul(src[i % 2][0], src[i % 2][1], out=dst[i % 2])
 
-    b.stream.synchronize()
-    time.sleep(MATMUL_COOLDOWN_S)
     # A noisy point would otherwise keep sampling for up to the rule's budget, heat the GPU into the
     # power cap and get noisier still: at most MATMUL_BUDGET_S of matmul per point.
     rule = dataclasses.replace(b.rule, budget_s=min(b.rule.budget_s, MATMUL_BUDGET_S))
+    return measure_unthrottled(b, launch, rule, {"library": "cuBLAS via cupy.matmul", "dtype": dtype_name})
 
-    return b.time_launches(launch, rule=rule, perf_config={"library": "cuBLAS via cupy.matmul", "dtype": dtype_name,
-                                                          "cooldown_s": MATMUL_COOLDOWN_S})
+
+def clock_dropped(m: Measurement) -> bool:
+    low, top = (m.clocks or {}).get("sm_mhz_min"), (m.clocks or {}).get("max_sm_mhz")
+    return bool(low and top and low < THROTTLED_CLOCK_FRACTION * top)
+
+
+def measure_unthrottled(b, launch, rule, perf: dict) -> Measurement:
+    """Time ``launch`` after an idle pause; while the SM clock dropped during the samples, set the
+    attempt aside and try again after a longer pause (see MATMUL_RETRY_COOLDOWN_S)."""
+    set_aside = []
+    for attempt in range(1 + MATMUL_THROTTLE_RETRIES):
+        cooldown_s = MATMUL_COOLDOWN_S if attempt == 0 else MATMUL_RETRY_COOLDOWN_S
+        b.stream.synchronize()
+        time.sleep(cooldown_s)
+        m = b.time_launches(launch, rule=rule, perf_config={**perf, "cooldown_s": cooldown_s, "attempt": attempt + 1})
+        if not clock_dropped(m) or attempt == MATMUL_THROTTLE_RETRIES:
+            break
+        m.protocol["role"] = "throttled"
+        set_aside.append(m)
+    m.candidates = set_aside
+    return m
 
 
 def reduction(b, config: dict) -> Measurement:

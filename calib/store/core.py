@@ -334,7 +334,8 @@ class Store:
         return cond + ([JobRow.worker == worker] if worker is not None else [])
 
     def complete(self, job_id: int, measurement, *, worker: str | None = None, candidates=()) -> bool:
-        """Record the measurement (and tuning candidates) and mark the job completed, in one
+        """Record the measurement (and the candidates it was chosen from: tuning candidates, or
+        attempts set aside, whose protocol names their role) and mark the job completed, in one
         transaction; refused (False) if the job was reclaimed from this worker meanwhile."""
         with Session(self.engine) as s, s.begin():
             row = s.execute(update(JobRow).where(*self._owned(job_id, worker))
@@ -343,7 +344,8 @@ class Store:
             if row is None:
                 return False
             for cand in candidates:
-                s.add(_result_row(row.session_id, row.config_id, job_id, cand, role="tuning"))
+                role = (cand.protocol or {}).get("role", "tuning")
+                s.add(_result_row(row.session_id, row.config_id, job_id, cand, role=role))
             s.add(_result_row(row.session_id, row.config_id, job_id, measurement, role="measurement"))
         return True
 
