@@ -1,6 +1,7 @@
-"""Matmul points whose SM clock dropped (the power cap) are measured again after a longer pause;
-the attempts set aside are kept in the results store under their own role. Runs without a GPU:
-the retry logic with a stand-in for the CuPy backend."""
+"""Matmul points that look throttled (the SM clock dropped, or the samples never settled) are
+measured again after a longer pause and the fastest attempt is kept; the attempts set aside stay
+in the results store under their own role. Runs without a GPU: the retry logic with a stand-in
+for the CuPy backend."""
 
 from types import SimpleNamespace
 
@@ -12,9 +13,9 @@ from calib.store import Store, sqlite_url
 from calib.timing import Measurement
 
 
-def measurement(sm_mhz_min, perf_config):
+def measurement(sm_mhz_min, perf_config, stop_reason="precision"):
     clocks = {"sm_mhz_min": sm_mhz_min, "max_sm_mhz": 1980, "throttle_reasons": ["sw_power_cap"]}
-    return Measurement(np.full(10, 100.0 * 1980 / sm_mhz_min), stop_reason="precision",
+    return Measurement(np.full(10, 100.0 * 1980 / sm_mhz_min), stop_reason=stop_reason,
                        protocol={"perf_config": perf_config}, clocks=clocks)
 
 
@@ -22,12 +23,13 @@ class StandIn:
     """What measure_unthrottled uses of the CuPy backend: a stream and time_launches, here
     returning the SM clocks of successive attempts."""
 
-    def __init__(self, clocks):
+    def __init__(self, clocks, stop_reasons=None):
         self.clocks = list(clocks)
+        self.stop_reasons = list(stop_reasons or ["precision"] * len(self.clocks))
         self.stream = SimpleNamespace(synchronize=lambda: None)
 
     def time_launches(self, launch, *, rule, perf_config):
-        return measurement(self.clocks.pop(0), perf_config)
+        return measurement(self.clocks.pop(0), perf_config, self.stop_reasons.pop(0))
 
 
 @pytest.fixture
@@ -43,7 +45,14 @@ def test_a_point_whose_clock_dropped_is_measured_again_after_a_longer_pause(paus
     assert pauses == [cupy_runners.MATMUL_COOLDOWN_S, cupy_runners.MATMUL_RETRY_COOLDOWN_S]
     assert m.protocol["perf_config"]["attempt"] == 2
     [aside] = m.candidates
-    assert aside.protocol["role"] == "throttled" and aside.clocks["sm_mhz_min"] == 1590
+    assert aside.protocol["role"] == "set_aside" and aside.clocks["sm_mhz_min"] == 1590
+    assert aside.protocol["set_aside_because"] == "SM clock dropped to 1590 MHz"
+
+
+def test_a_point_whose_samples_never_settled_is_measured_again_though_its_clock_read_high(pauses):
+    m = cupy_runners.measure_unthrottled(StandIn([1980, 1980], ["budget", "precision"]), None, None, {})
+    assert m.stop_reason == "precision" and len(pauses) == 2
+    assert m.candidates[0].protocol["set_aside_because"] == "samples did not settle within the budget"
 
 
 def test_an_unthrottled_point_is_measured_once(pauses):
@@ -51,10 +60,12 @@ def test_an_unthrottled_point_is_measured_once(pauses):
     assert pauses == [cupy_runners.MATMUL_COOLDOWN_S] and m.candidates == []
 
 
-def test_a_point_still_throttled_after_the_last_attempt_is_kept_and_stays_marked(pauses):
+def test_a_point_throttled_at_every_attempt_keeps_the_fastest_and_stays_marked(pauses):
     tries = 1 + cupy_runners.MATMUL_THROTTLE_RETRIES
-    m = cupy_runners.measure_unthrottled(StandIn([1600] * tries), None, None, {"dtype": "tf32"})
-    assert cupy_runners.clock_dropped(m) and m.throttled and "role" not in m.protocol
+    clocks = [1600, 1800] + [1500] * (tries - 2)
+    m = cupy_runners.measure_unthrottled(StandIn(clocks), None, None, {"dtype": "tf32"})
+    assert m.clocks["sm_mhz_min"] == 1800 and cupy_runners.clock_dropped(m) and m.throttled
+    assert "role" not in m.protocol and m.protocol["perf_config"]["attempt"] == 2
     assert len(m.candidates) == tries - 1 and len(pauses) == tries
 
 
@@ -66,4 +77,4 @@ def test_attempts_set_aside_are_stored_under_their_role_and_left_out_of_the_fit_
     m = cupy_runners.measure_unthrottled(StandIn([1590, 1980]), None, None, {"dtype": "tf32"})
     assert store.complete(job, m, worker="w", candidates=m.candidates)
     assert list(store.frame(session)["time_us"]) == [pytest.approx(100.0)]
-    assert len(store.frame(session, role="throttled")) == 1
+    assert len(store.frame(session, role="set_aside")) == 1
