@@ -143,8 +143,8 @@ class Calibration:
 
 
 def _signal_measured():
-    """Tell ``calib run`` that this notebook has finished measuring (it holds the notebooks that
-    would disturb a host-timed one until then); nothing outside a run."""
+    """Tell ``calib run`` that this notebook has finished measuring (the notebooks that would
+    disturb a host-timed one wait until then); nothing outside a run."""
     folder, notebook = os.environ.get(MEASURED_SIGNAL_DIR_ENV), os.environ.get(NOTEBOOK_ENV)
     if folder and notebook and Path(folder).is_dir():
         (Path(folder) / f"{notebook}.measured").touch()
