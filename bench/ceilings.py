@@ -137,20 +137,27 @@ def _torch_matmul_tflops(m: int, k: int) -> dict:
         time.sleep(0.25)  # the same idle pause calib's matmul points start from (power cap)
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         b = torch.randn(k, m, device="cuda", dtype=dtype)
-        for _ in range(3):
-            a @ b
-        times = []
-        for _ in range(20):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            a @ b
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop) * 1e-3)
-        out[name] = 2 * m * m * k / float(np.median(times)) / 1e12
+        out[name] = 2 * m * m * k / torch_median_s(lambda: a @ b) / 1e12
         del a, b
     torch.cuda.empty_cache()
     return out
+
+
+def torch_median_s(work, *, warmup: int = 3, samples: int = 20) -> float:
+    """Median seconds of ``work()`` on torch's current stream, each call between CUDA events."""
+    import torch
+
+    for _ in range(warmup):
+        work()
+    times = []
+    for _ in range(samples):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        work()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3)
+    return float(np.median(times))
 
 
 def _fp32_peak(db_path: Path, device: dict):

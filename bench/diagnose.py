@@ -18,6 +18,7 @@ import numpy as np
 
 from calib.backends.cupy_backend import CupyBackend
 from calib.timing import StoppingRule
+from ceilings import torch_median_s  # bench/ is this script's folder
 
 SPIN = r"""
 extern "C" __global__ void hold_sms(long long cycles) {
@@ -113,16 +114,7 @@ def tf32_bursts(b):
             if torch is not None:
                 ta, tw = torch.as_tensor(a, device="cuda"), torch.as_tensor(w, device="cuda")
                 time.sleep(0.25)
-                ts = []
-                for j in range(23):
-                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    e0.record()
-                    ta @ tw
-                    e1.record()
-                    e1.synchronize()
-                    if j >= 3:
-                        ts.append(e0.elapsed_time(e1))
-                trates.append(flops / np.median(ts) / 1e9)
+                trates.append(flops / torch_median_s(lambda: ta @ tw) / 1e12)
         print(f"  K={k}: cupy {' '.join(f'{r:.0f}' for r in rates)} (SM MHz min {clocks})"
               + (f"; torch {' '.join(f'{r:.0f}' for r in trates)}" if trates else ""))
         del a, w, out

@@ -97,9 +97,10 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
                    **(parameters or {})}
     jobs = default_jobs(name, len(names)) if jobs in (None, "auto") else max(1, int(jobs))
     if jobs > 1:
+        notes = ["measurements take turns on the GPU"] if name != "sim" else []
+        notes += [f"{nb} measures first, while the others wait" for nb in names if nb in HOST_TIMED]
         echo(f"{jobs} notebooks at a time: one measures while the others start, fit and plot"
-             + (" (measurements take turns on the GPU;" if name != "sim" else " (")
-             + f" {', '.join(HOST_TIMED)} measures first, while the others wait).")
+             + (f" ({'; '.join(notes)})." if notes else "."))
     tasks = []
     for i, nb in enumerate(names, 1):
         source = notebooks_dir() / f"{nb}.ipynb"

@@ -206,7 +206,10 @@ MATMUL_THROUGHPUT = timed_notebook(
     "bfloat16 arrays) and tf32 (float32 with CuPy's TF32 mode): an 8192 × 8192 output with the reduction "
     "depth K from 1024 to 8192, so that cuBLAS's grid of output tiles is the same at every point; "
     "`t = t0 + 2·M·N·K / rate` gives `compute.<type>.tensor_tflops`. Each point starts after an idle "
-    "pause: sustained tensor-core work reaches the power cap, and points marked throttled ran capped.",
+    "pause: sustained tensor-core work reaches the power cap. A point whose clock dropped or whose samples "
+    "never settled is measured again after a longer pause, up to twice, and the fastest attempt is kept (the "
+    "others stay in the results store); points still marked throttled ran capped. If cuBLAS switches kernels "
+    "along K, the rate changes there and the fit says so (lack of fit, a wide CI).",
     [("compute.fp16.tensor_tflops", "TFLOP", 1e12), ("compute.bf16.tensor_tflops", "TFLOP", 1e12),
      ("compute.tf32.tensor_tflops", "TFLOP", 1e12)],
     "The rate is cuBLAS's on a large, tile-aligned output before the power cap; a heuristic choosing between a library call "

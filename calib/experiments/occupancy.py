@@ -34,9 +34,8 @@ THREADS = 256
 # unroll: the factors the DRAM read kernel is compiled for (calib.backends.cupy_backend.UNROLLS)
 GRID = {"quick": dict(blocks=(1, 2, 4, 8), unroll=(1, 4, 8), width=(16,)),
         "full": dict(blocks=(1, 2, 3, 4, 5, 6, 8), unroll=(1, 4, 8), width=(16,))}
-# Two buffer sizes separate the per-launch cost from the per-byte one. Not 1 and 2 GiB: inside the
-# suite the 1 GiB points ran at 3.9 TB/s where 2 GiB and every DRAM-sweep size near 1 GB ran at
-# 4.5 (H200, two calls, 2026-11-29); a standalone run of the same kernel at 1 GiB did not repeat it.
+# Two buffer sizes separate the per-launch cost from the per-byte one; the CuPy backend reads both
+# from one allocation of the larger (see calib.backends.cupy_runners.occupancy for why).
 SIZES = (1000 * 2**20, 2000 * 2**20)
 
 
