@@ -23,8 +23,9 @@ SIM_DEFAULTS = {"sim.launch.submit_base_us": 3.0, "sim.launch.spin_ns_per_iter":
 # Back-to-back launches stay well below the launch queue's depth: on an H200 host the submit
 # started to block on a full queue past 192 queued empty kernels, and on another lent host already
 # at 128 (bimodal samples, 5.9 instead of 4.7 us per launch; 2026-11-29). Hence at most 64. With
-# this grid (six calls the same day) the full suite's CI was ±0.7-7%; the quick suite, the first
-# thing each lent machine ran, had samples with an IQR of 5-30% and CIs of ±4-23%, flagged.
+# this grid (six calls the same day) the full suite's CI was ±0.7-7% and the quick suite's ±4-23%,
+# flagged; launch_latency run alone three times in a row on one lent host gave ±7.6%, ±14% and
+# ±4.4%, with sample IQRs of 10-42%: the host's own noise, not the neighbouring notebooks'.
 SUITES = {
     "quick": {"overhead": [4, 8, 16, 24, 32, 48, 64], "latency": [0, 2000, 5000, 10000, 20000, 40000],
               "graph": [8, 16, 32, 64, 96, 128, 192]},
