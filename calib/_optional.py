@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 
+from .errors import CalibError
+
 EXTRAS = {
     "cupy": "cuda13",  # or cuda12, by the CUDA major version of the driver
     "pynvml": "nvml",
@@ -16,7 +18,7 @@ EXTRAS = {
 }
 
 
-class MissingDependency(ImportError):
+class MissingDependency(CalibError, ImportError):
     pass
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
+from .errors import CalibError
+
 DTYPES = ("f32", "f16", "bf16", "tf32", "i8", "f8e4m3", "f8e5m2", "i32", "f64")
 DIRECTIONS = ("fwd", "bwd", "wrw")
 
 
-class ConfigError(ValueError):
+class ConfigError(CalibError, ValueError):
     pass
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import fingerprint as fp
+from .errors import CalibError
 
 SCHEMA_NAME = "calib.profile"
 SCHEMA_VERSION = 1
@@ -29,7 +30,7 @@ ENV_PROFILE = "CALIB_PROFILE"
 LOCK_TIMEOUT_S = 120.0
 
 
-class ProfileError(ValueError):
+class ProfileError(CalibError, ValueError):
     """A profile file or parameter cannot be used; the message names the file and the problem."""
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import fingerprint as fp
+from .errors import CalibError
 from .backends import get_backend, resolve_backend_name
 from .calibration import (MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, TURN_READY_ENV, TURN_WAIT_ENV,
                           read_fragment)
@@ -38,7 +39,7 @@ COMPILE_ONLY = ("registers",)
 ONE_RESULT_PREFIX = "calib-notebook-result: "
 
 
-class RunError(RuntimeError):
+class RunError(CalibError, RuntimeError):
     pass
 
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import abc
 
+from ..errors import CalibError
 from ..timing import Measurement, StoppingRule
 
 
-class DeviceOutOfMemory(MemoryError):
+class DeviceOutOfMemory(CalibError, MemoryError):
     """A sweep point needs more device memory than is free. The sweep records the point as failed
     with this message and goes on with the others."""
 
 
-class UnsupportedConfig(ValueError):
+class UnsupportedConfig(CalibError, ValueError):
     """The backend has no kernel for this problem config."""
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..experiments import (cache, compute, dram, launch, matmul, normalization, occupancy, reduction, registers,
                            shared, splitk)
+from ..errors import CalibError
 from ..fingerprint import software_fingerprint
 from ..timing import Measurement, StoppingRule
 from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
@@ -42,7 +43,7 @@ MODELS = {m.EXPERIMENT: m for m in (dram, cache, shared, occupancy, launch, spli
                                     normalization)}
 
 
-class SimSpecError(ValueError):
+class SimSpecError(CalibError, ValueError):
     pass
 
 

@@ -23,6 +23,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, Operati
 from sqlalchemy.orm import Session
 
 from ..configs import from_descriptor
+from ..errors import CalibError
 from .tables import (JOB_STATES, TERMINAL_STATES, ConfigRow, ConvConfigRow, GemmConfigRow, JobRow, ResultRow,
                      SessionRow, utcnow)
 
@@ -30,7 +31,7 @@ ENV_DB_URL = "CALIB_DB_URL"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
-class StoreError(RuntimeError):
+class StoreError(CalibError, RuntimeError):
     pass
 
 
