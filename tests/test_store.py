@@ -7,7 +7,8 @@ import pytest
 
 from calib.backends.sim import SimBackend
 from calib.experiments import dram
-from calib.store import Store, StoreError, canonical_json, descriptor_hash, sqlite_url
+from calib.keys import canonical_json, descriptor_hash
+from calib.store import Store, StoreError, sqlite_url
 from calib.sweep import run_sweep
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from .core import Store, StoreError, canonical_json
+from ..keys import canonical_json
+from .core import Store, StoreError
 from .tables import ResultRow
 
 TSV_HEADER = ["arch", "sm_count", "device", "config", "perf_config", "kernel_time_us"]
