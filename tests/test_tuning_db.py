@@ -14,6 +14,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from calib.backends.sim import SimBackend
+from calib.keys import canonical_json, descriptor_hash
 from calib.store import Store, StoreError, sqlite_url
 from calib.store.winners import export_tsv, import_tsv, winners
 from calib.timing import Measurement
@@ -56,7 +57,7 @@ def _worker_cmd(url, *extra, spec=None):
 
 def test_fresh_database_is_at_the_newest_schema(db_url):
     store = Store(db_url)
-    assert store.schema_revision() == "0002"
+    assert store.schema_revision() == "0003"
     with store.engine.connect() as c:
         assert c.execute(text("SELECT count(*) FROM winner")).scalar() == 0
 
@@ -79,27 +80,21 @@ def test_older_schema_is_migrated_with_its_data(db_url):
                           "'{}', '{}', '[]')"))
     engine.dispose()
     store = Store(db_url)
-    assert store.schema_revision() == "0002"
+    assert store.schema_revision() == "0003"
     frame = store.frame(1)
     assert frame["time_us"].tolist() == [12.5] and store.samples(int(frame["result_id"][0])) == [12.4, 12.5, 12.6]
 
 
 def test_calib_01_database_without_alembic_is_adopted(tmp_path):
+    from alembic import command
+
     url = sqlite_url(tmp_path / "old.sqlite")
-    Store(url)
     engine = create_engine(url)
     with engine.begin() as c:  # what calib 0.1 left: its tables, calib_meta, no alembic_version
-        c.execute(text("DROP VIEW winner"))
-        c.execute(text("DROP TABLE config_gemm"))
-        c.execute(text("DROP TABLE config_conv"))
+        command.upgrade(Store.__new__(Store)._alembic_config(c), "0001")
         c.execute(text("DROP TABLE alembic_version"))
-        c.execute(text("CREATE TABLE calib_meta (key VARCHAR(64) PRIMARY KEY, value VARCHAR(256))"))
-        c.execute(text("ALTER TABLE job DROP COLUMN worker"))
-        c.execute(text("DROP INDEX ix_job_session_state"))
-        c.execute(text("CREATE INDEX ix_job_state ON job (state)"))
-        c.execute(text("ALTER TABLE result DROP COLUMN role"))
     engine.dispose()
-    assert Store(url).schema_revision() == "0002"
+    assert Store(url).schema_revision() == "0003"
 
 
 def test_newer_schema_is_refused_clearly(db_url):
@@ -138,22 +133,128 @@ def test_cli_names_a_bad_calib_db_url(tmp_path):
     assert out.returncode == 2 and "cannot connect to results database" in out.stderr
 
 
-def test_conv_and_gemm_configs_get_their_columns(db_url):
-    from calib.configs import ConfigError, ConvConfig, GemmConfig
+def _insert_0002_rows(conn):
+    """What schema 0002 held after a DRAM sweep and a matmul retry: bookkeeping inside perf_config."""
+    def config(cid, descriptor):
+        conn.execute(text("INSERT INTO config (id, experiment, descriptor, descriptor_hash) VALUES (:i, :e, :d, :h)"),
+                     {"i": cid, "e": descriptor["experiment"], "d": canonical_json(descriptor),
+                      "h": descriptor_hash(descriptor)})
+        conn.execute(text("INSERT INTO job (id, session_id, config_id, state, retries) VALUES (:i, 1, :i, 'completed', 0)"),
+                     {"i": cid})
 
+    def result(cid, role, perf, t_us, protocol="{}"):
+        conn.execute(text("INSERT INTO result (session_id, config_id, job_id, role, perf_config, kernel_time_us, "
+                          "median_us, n_samples, stop_reason, throttled, simulated, samples_us, protocol, clocks, "
+                          "warnings) VALUES (1, :c, :c, :r, :p, :t, :t, 1, 'precision', false, false, '[1.0]', :pr, "
+                          "'{}', '[]')"), {"c": cid, "r": role, "p": canonical_json(perf), "t": t_us, "pr": protocol})
+
+    conn.execute(text("INSERT INTO session (id, label, device_name, arch, sm_count, simulated, device, software) "
+                      "VALUES (1, 'old', 'NVIDIA H200', '9.0', 132, false, '{}', '{}')"))
+    small = {"experiment": "dram", "kind": "copy", "width_bytes": 16, "size_bytes": 2**20}
+    config(1, small)
+    config(2, {**small, "size_bytes": 2**21})
+    config(3, {"experiment": "matmul", "dtype": "bf16", "k": 4096})
+    fast, slow = {"threads": 256, "blocks_per_sm": 2, "unroll": 4, "layout": "strided"}, \
+        {"threads": 256, "blocks_per_sm": 1, "unroll": 1, "layout": "strided"}
+    result(1, "tuning", slow, 12.0)
+    result(1, "tuning", fast, 10.0)
+    result(1, "measurement", {**fast, "tuned_at_bytes": 2**20}, 9.0)  # the pick measured again, luckier
+    result(2, "measurement", {**fast, "tuned_at_bytes": 2**20}, 19.0)
+    result(2, "measurement", {**fast, "tuned_at_bytes": 2**22}, 19.5)  # tuned on a size never swept
+    result(3, "set_aside", {"tile": 128, "cooldown_s": 2.0, "attempt": 1}, 50.0,
+           json.dumps({"role": "set_aside", "set_aside_because": "SM clock dropped to 1590 MHz"}))
+    result(3, "measurement", {"tile": 128, "cooldown_s": 10.0, "attempt": 2}, 60.0)
+    if conn.dialect.name == "postgresql":  # rows given their ids leave the sequences behind
+        for table in ("session", "config", "job"):
+            conn.execute(text(f"SELECT setval('{table}_id_seq', (SELECT max(id) FROM {table}))"))
+    return small, fast
+
+
+def test_0003_moves_bookkeeping_out_of_perf_configs_and_drops_kind_tables(db_url):
+    from alembic import command
+    from sqlalchemy import inspect
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        command.upgrade(Store.__new__(Store)._alembic_config(conn), "0002")
+        small, fast = _insert_0002_rows(conn)
+    engine.dispose()
     store = Store(db_url)
-    conv = ConvConfig(in_channels=64, out_channels=32, in_h=30, in_w=30, fil_h=3, fil_w=3, batch=7,
-                      in_dtype="f16", fil_dtype="f16", out_dtype="f32")
-    gemm = GemmConfig(m=4096, n=4096, k=1024, a_layout="T", a_dtype="bf16", b_dtype="bf16", out_dtype="f32")
-    cid, gid = store.config_id(conv.descriptor()), store.config_id(gemm.descriptor())
-    assert store.config_id(dict(reversed(list(conv.descriptor().items())))) == cid
+    assert store.schema_revision() == "0003"
     with store.engine.connect() as c:
-        assert c.execute(text("SELECT in_dtype, out_dtype, batch FROM config_conv WHERE config_id=:i"), {"i": cid}).one() \
-            == ("f16", "f32", 7)
-        assert c.execute(text("SELECT m, k, a_layout FROM config_gemm WHERE config_id=:i"), {"i": gid}).one() \
-            == (4096, 1024, "T")
-    with pytest.raises(ConfigError, match="groups"):
-        ConvConfig(in_channels=6, out_channels=4, in_h=8, in_w=8, fil_h=3, fil_w=3, groups=4)
+        tables = set(inspect(c).get_table_names())
+        assert "config_conv" not in tables and "config_gemm" not in tables
+        rows = c.execute(text("SELECT config_id, role, perf_config, attempt, cooldown_s, set_aside_because, "
+                              "tuned_on_config_id FROM result ORDER BY id")).all()
+        big_id = c.execute(text("SELECT id FROM config WHERE descriptor_hash = :h"),
+                           {"h": descriptor_hash({**small, "size_bytes": 2**22})}).scalar()
+        won = c.execute(text("SELECT config_id, perf_config, kernel_time_us, role FROM winner ORDER BY config_id")).all()
+    knobs = canonical_json(fast)
+    assert [r.perf_config for r in rows[2:5]] == [knobs] * 3  # one launch shape, one text
+    assert [r.tuned_on_config_id for r in rows] == [None, None, 1, 1, big_id, None, None]
+    assert big_id is not None and big_id > 3  # the tuned-on config is created where it was missing
+    assert rows[5][2:6] == ('{"tile":128}', 1, 2.0, "SM clock dropped to 1590 MHz")
+    assert rows[6][2:6] == ('{"tile":128}', 2, 10.0, None)
+    # config 1: the fastest tuning result, not the luckier re-measurement of the same pick; config 2:
+    # its measurements (no tuning there); config 3: the measurement, never the faster attempt set aside
+    assert [tuple(w) for w in won] == [(1, knobs, 10.0, "tuning"), (2, knobs, 19.0, "measurement"),
+                                       (3, '{"tile":128}', 60.0, "measurement")]
+
+
+def test_0003_downgrades_to_0002_and_back(db_url):
+    from alembic import command
+
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        command.upgrade(Store.__new__(Store)._alembic_config(conn), "0002")
+        _insert_0002_rows(conn)
+    with engine.begin() as conn:
+        command.upgrade(Store.__new__(Store)._alembic_config(conn), "0003")
+        before = conn.execute(text("SELECT perf_config, attempt, cooldown_s, tuned_on_config_id FROM result "
+                                   "ORDER BY id")).all()
+        command.downgrade(Store.__new__(Store)._alembic_config(conn), "0002")
+        old = [json.loads(p) for p in conn.execute(text("SELECT perf_config FROM result ORDER BY id")).scalars()]
+        assert old[2]["tuned_at_bytes"] == 2**20 and old[4]["tuned_at_bytes"] == 2**22
+        assert (old[6]["attempt"], old[6]["cooldown_s"]) == (2, 10.0)
+        assert conn.execute(text("SELECT count(*) FROM config_conv")).scalar() == 0
+    engine.dispose()
+    store = Store(db_url)
+    with store.engine.connect() as c:
+        after = c.execute(text("SELECT perf_config, attempt, cooldown_s, tuned_on_config_id FROM result "
+                               "ORDER BY id")).all()
+    assert after == before
+
+
+def _tuned(t_us, knobs, problem, **protocol):
+    return Measurement([t_us, t_us * 1.01, t_us * 0.99], stop_reason="precision",
+                       protocol={"perf_config": knobs, "role": "tuning", "tuned_on": problem, **protocol})
+
+
+def test_results_keep_knobs_only_and_tuning_is_filed_under_the_problem_it_timed(db_url):
+    store = Store(db_url)
+    sid = _session(store)
+    point = {"experiment": "dram", "kind": "copy", "width_bytes": 16, "size_bytes": 2**24}
+    problem = {**point, "size_bytes": 2**26}
+    [jid] = store.enqueue(sid, [point])
+    a, b, c = ({"threads": 256, "blocks_per_sm": n, "unroll": 4, "layout": "strided"} for n in (1, 2, 4))
+    tuning = [_tuned(30.0, a, problem), _tuned(20.0, b, problem), _tuned(20.0, c, problem)]  # b and c tie
+    measured = Measurement([5.0, 5.1, 4.9], stop_reason="precision",
+                           protocol={"perf_config": {**b, "tuned_at_bytes": 2**26, "attempt": 3},
+                                     "tuned_on": problem, "cooldown_s": 0.5})
+    [(claimed, _)] = store.claim([sid], worker="w")
+    assert claimed == jid and store.complete(jid, measured, worker="w", candidates=tuning)
+
+    problem_id, point_id = store.config_id(problem), store.config_id(point)
+    ranked = store.frame(sid, role="tuning")
+    assert ranked["size_bytes"].tolist() == [2**26] * 3  # filed under the problem, not under this job's point
+    m = store.frame(sid).iloc[0]
+    assert m["size_bytes"] == 2**24 and m["perf_config"] == canonical_json(b)
+    assert (m["attempt"], m["cooldown_s"], m["tuned_on_config_id"]) == (3, 0.5, problem_id)
+    w = winners(store, sid).set_index("result_id")
+    by_config = {json.loads(cfg)["size_bytes"]: (perf, t) for cfg, perf, t in
+                 zip(w["config"], w["perf_config"], w["kernel_time_us"].round(6))}
+    assert by_config == {2**26: (canonical_json(b), 20.0), 2**24: (canonical_json(b), 5.0)}  # tie: the first
+    assert point_id != problem_id
 
 
 @pytest.mark.slow

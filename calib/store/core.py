@@ -10,7 +10,6 @@ runs atomically under its write lock, so no job is ever handed to two workers.
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import socket
@@ -22,10 +21,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session
 
-from ..configs import from_descriptor
 from ..errors import CalibError
-from .tables import (JOB_STATES, TERMINAL_STATES, ConfigRow, ConvConfigRow, GemmConfigRow, JobRow, ResultRow,
-                     SessionRow, utcnow)
+from ..keys import canonical_json, descriptor_hash
+from .tables import JOB_STATES, TERMINAL_STATES, ConfigRow, JobRow, ResultRow, SessionRow, utcnow
 
 ENV_DB_URL = "CALIB_DB_URL"
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -33,15 +31,6 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 class StoreError(CalibError, RuntimeError):
     pass
-
-
-def canonical_json(descriptor: dict) -> str:
-    """The one text of a descriptor: sorted keys, no spaces. Equal contents, equal text."""
-    return json.dumps(descriptor, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def descriptor_hash(descriptor: dict) -> str:
-    return hashlib.sha256(canonical_json(descriptor).encode()).hexdigest()
 
 
 def sqlite_url(path: str | os.PathLike) -> str:
@@ -258,16 +247,11 @@ class Store:
             h = descriptor_hash(descriptor)
             cid = s.scalar(select(ConfigRow.id).where(ConfigRow.descriptor_hash == h))
             if cid is None:
-                typed = from_descriptor(descriptor)  # validates conv/gemm descriptors
                 row = ConfigRow(experiment=str(descriptor.get("experiment", "")), descriptor=canonical_json(descriptor),
                                 descriptor_hash=h)
                 s.add(row)
                 s.flush()
                 cid = row.id
-                if typed is not None:
-                    kind_row = ConvConfigRow if typed.experiment == "conv" else GemmConfigRow
-                    s.add(kind_row(config_id=cid, **{k: v for k, v in descriptor.items() if k != "experiment"}))
-                    s.flush()
             if own:
                 s.commit()
             return cid
@@ -337,7 +321,11 @@ class Store:
     def complete(self, job_id: int, measurement, *, worker: str | None = None, candidates=()) -> bool:
         """Record the measurement (and the candidates it was chosen from: tuning candidates, or
         attempts set aside, whose protocol names their role) and mark the job completed, in one
-        transaction; refused (False) if the job was reclaimed from this worker meanwhile."""
+        transaction; refused (False) if the job was reclaimed from this worker meanwhile.
+
+        A tuning candidate whose protocol names the problem it was timed on (``tuned_on``) is filed
+        under that problem's config, which may be another size than this job's: its time is a time
+        of that problem, and the ``winner`` view ranks it there."""
         with Session(self.engine) as s, s.begin():
             row = s.execute(update(JobRow).where(*self._owned(job_id, worker))
                             .values(state="completed", finished_at=utcnow(), error=None)
@@ -345,9 +333,16 @@ class Store:
             if row is None:
                 return False
             for cand in candidates:
-                role = (cand.protocol or {}).get("role", "tuning")
-                s.add(_result_row(row.session_id, row.config_id, job_id, cand, role=role))
-            s.add(_result_row(row.session_id, row.config_id, job_id, measurement, role="measurement"))
+                protocol = cand.protocol or {}
+                role = protocol.get("role", "tuning")
+                config_id = row.config_id
+                if role == "tuning" and protocol.get("tuned_on") is not None:
+                    config_id = self.config_id(protocol["tuned_on"], s)
+                s.add(_result_row(row.session_id, config_id, job_id, cand, role=role))
+            tuned_on = (measurement.protocol or {}).get("tuned_on")
+            tuned_on_id = None if tuned_on is None else self.config_id(tuned_on, s)
+            s.add(_result_row(row.session_id, row.config_id, job_id, measurement, role="measurement",
+                              tuned_on_config_id=tuned_on_id))
         return True
 
     def fail(self, job_id: int, error: str, *, worker: str | None = None, max_retries: int = 0) -> str | None:
@@ -414,6 +409,8 @@ class Store:
                 rows.append({**json.loads(descriptor), "time_us": res.kernel_time_us, "se_us": res.se_us,
                              "median_us": res.median_us, "n_samples": res.n_samples, "stop_reason": res.stop_reason,
                              "throttled": res.throttled, "simulated": res.simulated, "perf_config": res.perf_config,
+                             "attempt": res.attempt, "cooldown_s": res.cooldown_s,
+                             "set_aside_because": res.set_aside_because, "tuned_on_config_id": res.tuned_on_config_id,
                              "gpu_id": gpu_id, "result_id": res.id})
         return pd.DataFrame(rows)
 
@@ -450,10 +447,28 @@ def _has_table(conn, name: str) -> bool:
     return inspect(conn).has_table(name)
 
 
-def _result_row(session_id: int, config_id: int, job_id: int | None, measurement, *, role: str) -> ResultRow:
+# Bookkeeping that runners before schema 0003 wrote into perf_config. A launch shape is its knobs
+# alone, so these never reach the perf_config column (the protocol column keeps them as written).
+LEGACY_BOOKKEEPING = ("tuned_at_bytes", "cooldown_s", "attempt")
+
+
+def _result_row(session_id: int, config_id: int, job_id: int | None, measurement, *, role: str,
+                tuned_on_config_id: int | None = None) -> ResultRow:
+    """The result row of a measurement. The protocol contract (see calib/tuning): ``perf_config``
+    holds knobs only; ``attempt``, ``cooldown_s``, ``set_aside_because`` and ``tuned_on`` are
+    protocol keys of their own, and get columns of their own here."""
+    protocol = measurement.protocol or {}
+    perf = dict(protocol.get("perf_config") or {})
+    legacy = {k: perf.pop(k) for k in LEGACY_BOOKKEEPING if k in perf}
+    attempt = protocol.get("attempt", legacy.get("attempt"))
+    cooldown_s = protocol.get("cooldown_s", legacy.get("cooldown_s"))
+    because = protocol.get("set_aside_because")
     summary = measurement.summary()
     return ResultRow(session_id=session_id, config_id=config_id, job_id=job_id, role=role,
-                     perf_config=canonical_json(measurement.protocol.get("perf_config", {})),
+                     perf_config=canonical_json(perf), attempt=None if attempt is None else int(attempt),
+                     cooldown_s=None if cooldown_s is None else float(cooldown_s),
+                     set_aside_because=None if because is None else str(because),
+                     tuned_on_config_id=tuned_on_config_id,
                      kernel_time_us=summary["time_us"], median_us=summary["median_us"], se_us=summary["se_us"],
                      n_samples=summary["n_samples"], stop_reason=summary["stop_reason"],
                      throttled=summary["throttled"], simulated=summary["simulated"],

@@ -54,48 +54,6 @@ class ConfigRow(Base):
     descriptor_hash: Mapped[str] = mapped_column(String(64), unique=True)
 
 
-class ConvConfigRow(Base):
-    """Kind-specific columns of a convolution config, for queries a JSON column makes awkward."""
-
-    __tablename__ = "config_conv"
-    config_id: Mapped[int] = mapped_column(ForeignKey("config.id"), primary_key=True)
-    direction: Mapped[str] = mapped_column(String(8))
-    in_dtype: Mapped[str] = mapped_column(String(16))
-    fil_dtype: Mapped[str] = mapped_column(String(16))
-    out_dtype: Mapped[str] = mapped_column(String(16))
-    in_layout: Mapped[str] = mapped_column(String(8))
-    fil_layout: Mapped[str] = mapped_column(String(8))
-    out_layout: Mapped[str] = mapped_column(String(8))
-    batch: Mapped[int] = mapped_column(Integer)
-    in_channels: Mapped[int] = mapped_column(Integer)
-    out_channels: Mapped[int] = mapped_column(Integer)
-    in_h: Mapped[int] = mapped_column(Integer)
-    in_w: Mapped[int] = mapped_column(Integer)
-    fil_h: Mapped[int] = mapped_column(Integer)
-    fil_w: Mapped[int] = mapped_column(Integer)
-    pad_h: Mapped[int] = mapped_column(Integer)
-    pad_w: Mapped[int] = mapped_column(Integer)
-    stride_h: Mapped[int] = mapped_column(Integer)
-    stride_w: Mapped[int] = mapped_column(Integer)
-    dilation_h: Mapped[int] = mapped_column(Integer)
-    dilation_w: Mapped[int] = mapped_column(Integer)
-    groups: Mapped[int] = mapped_column(Integer)
-
-
-class GemmConfigRow(Base):
-    __tablename__ = "config_gemm"
-    config_id: Mapped[int] = mapped_column(ForeignKey("config.id"), primary_key=True)
-    m: Mapped[int] = mapped_column(Integer)
-    n: Mapped[int] = mapped_column(Integer)
-    k: Mapped[int] = mapped_column(Integer)
-    batch: Mapped[int] = mapped_column(Integer)
-    a_layout: Mapped[str] = mapped_column(String(4))
-    b_layout: Mapped[str] = mapped_column(String(4))
-    a_dtype: Mapped[str] = mapped_column(String(16))
-    b_dtype: Mapped[str] = mapped_column(String(16))
-    out_dtype: Mapped[str] = mapped_column(String(16))
-
-
 class JobRow(Base):
     """One config's measurement in one session: claimed, heartbeated, retried, finished."""
 
@@ -124,8 +82,17 @@ class ResultRow(Base):
     session_id: Mapped[int] = mapped_column(ForeignKey("session.id"), index=True)
     config_id: Mapped[int] = mapped_column(ForeignKey("config.id"), index=True)
     job_id: Mapped[int | None] = mapped_column(ForeignKey("job.id"))
-    role: Mapped[str] = mapped_column(String(16), default="measurement")  # or "tuning", "imported"
+    # "measurement" (the job's own), "tuning" (a candidate the tuner ranked), "set_aside" (an
+    # attempt measured again, never a winner), "imported" (a winner read from a TSV).
+    role: Mapped[str] = mapped_column(String(16), default="measurement")
+    # The knobs alone (threads, blocks per SM, unroll, layout ...), as canonical JSON: one launch
+    # shape is one text, so winners group and compare by it. Bookkeeping has the columns below.
     perf_config: Mapped[str] = mapped_column(Text)
+    attempt: Mapped[int | None] = mapped_column(Integer)  # 1, 2 ... when a point was measured again
+    cooldown_s: Mapped[float | None] = mapped_column(Float)  # idle pause before this measurement
+    set_aside_because: Mapped[str | None] = mapped_column(Text)
+    # The config the knobs were tuned on (a measurement's; the tuning results are filed under it).
+    tuned_on_config_id: Mapped[int | None] = mapped_column(ForeignKey("config.id", name="fk_result_tuned_on_config"))
     kernel_time_us: Mapped[float] = mapped_column(Float)
     median_us: Mapped[float] = mapped_column(Float)
     se_us: Mapped[float | None] = mapped_column(Float)
