@@ -1,0 +1,215 @@
+"""The tuner: checked candidates, one estimator, deterministic winners, a cache keyed by content."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from calib.backends.base import DeviceOutOfMemory, UnsupportedConfig
+from calib.errors import CalibError
+from calib.keys import canonical_json, descriptor_hash
+from calib.timing import Measurement
+from calib.tuning import ESTIMATOR, MemoryCache, NoCandidateSurvived, Tuner, TuningResult, estimate_us
+
+PROBLEM = {"calibration": "memory_bandwidth", "kind": "copy", "width_bytes": 16, "size_bytes": 1 << 30}
+SHAPES = [{"threads": 256, "blocks_per_sm": bps, "unroll": u, "layout": "strided"}
+          for bps in (1, 2, 4) for u in (1, 4)]
+
+
+class FakeDevice:
+    """Deterministic samples per launch shape: a base time with a fixed spread and one slow outlier,
+    the shape of real kernel timings, so the estimator's outlier handling is exercised."""
+
+    def __init__(self, base_us: dict, broken=(), unsupported=()):
+        self.base_us, self.broken, self.unsupported = base_us, set(broken), set(unsupported)
+        self.timed: list[str] = []
+        self.checked: list[str] = []
+
+    def check(self, knobs):
+        key = canonical_json(knobs)
+        self.checked.append(key)
+        if key in self.unsupported:
+            raise UnsupportedConfig(f"{knobs['blocks_per_sm']} blocks per SM do not fit")
+        if key in self.broken:
+            raise RuntimeError("element 1234 is 0.0, expected 0.42")
+
+    def time(self, knobs):
+        key = canonical_json(knobs)
+        self.timed.append(key)
+        base = self.base_us[key]
+        samples = base * (1 + 0.002 * np.sin(np.arange(20)))
+        samples[7] = base * 3  # one interfered sample
+        return Measurement(samples, stop_reason="precision", protocol={"timer": "fake", "perf_config": {"x": 1}})
+
+
+def _device(times, **kw):
+    return FakeDevice({canonical_json(k): t for k, t in zip(SHAPES, times)}, **kw)
+
+
+def test_the_fastest_correct_candidate_wins_and_every_candidate_is_kept():
+    dev = _device([30.0, 25.0, 12.0, 11.0, 20.0, 40.0], broken=[canonical_json(SHAPES[3])],
+                  unsupported=[canonical_json(SHAPES[5])])
+    result = Tuner().tune(PROBLEM, SHAPES, dev.time, check=dev.check)
+    assert result.winner == SHAPES[2] and result.timed_now
+    assert result.time_us == pytest.approx(12.0, rel=0.01)  # the outlier is dropped by the estimator
+    assert result.key == descriptor_hash(PROBLEM) and result.problem == PROBLEM
+    assert [c.knobs for c in result.candidates] == SHAPES  # rejected ones too, in the order given
+    wrong, unsupported = result.candidates[3], result.candidates[5]
+    assert wrong.rejected_because == "wrong output: RuntimeError: element 1234 is 0.0, expected 0.42"
+    assert unsupported.rejected_because == "unsupported: UnsupportedConfig: 4 blocks per SM do not fit"
+    assert wrong.measurement is None and unsupported.measurement is None
+    assert [c.knobs for c in result.rejected] == [SHAPES[3], SHAPES[5]]
+    # the fastest kernel of all computes the wrong thing: it was never timed, let alone chosen
+    assert canonical_json(SHAPES[3]) not in dev.timed and len(dev.timed) == 4 and len(dev.checked) == 6
+    assert len(result.measurements) == 4
+
+
+def test_candidate_measurements_carry_their_knobs_and_role_for_the_store():
+    dev = _device([3.0, 2.0, 1.0, 4.0, 5.0, 6.0])
+    result = Tuner().tune(PROBLEM, SHAPES, dev.time)
+    for cand, m in zip(result.candidates, result.measurements):
+        assert m.protocol["role"] == "tuning" and m.protocol["perf_config"] == cand.knobs  # knobs only
+        assert m.protocol["tuned_on"] == PROBLEM and m.protocol["timer"] == "fake"
+    assert ESTIMATOR == "center_us"
+    assert [estimate_us(m) for m in result.measurements] == [m.center_us for m in result.measurements]
+
+
+def test_the_estimator_is_what_the_store_files_as_kernel_time():
+    from calib.store.core import _result_row
+
+    dev = _device([7.0] * 6)
+    m = dev.time(SHAPES[0])
+    assert _result_row(1, 1, None, m, role="tuning").kernel_time_us == estimate_us(m)
+
+
+def test_a_second_call_for_the_same_problem_is_served_from_the_cache_without_timing():
+    dev = _device([3.0, 2.0, 1.0, 4.0, 5.0, 6.0])
+    tuner = Tuner()
+    first = tuner.tune(PROBLEM, SHAPES, dev.time, check=dev.check)
+    timed = len(dev.timed)
+    reordered = dict(reversed(list(PROBLEM.items())))
+    again = tuner.tune(reordered, SHAPES, dev.time, check=dev.check)  # same contents, same key
+    assert len(dev.timed) == timed and len(dev.checked) == 6
+    assert not again.timed_now and again.winner == first.winner and again.key == first.key
+    assert again.measurements == []  # stored once, with the job that timed them
+    assert first.timed_now and len(first.measurements) == 6  # the first result is not altered
+    other = tuner.tune({**PROBLEM, "width_bytes": 8}, SHAPES, dev.time)
+    assert other.timed_now and len(dev.timed) == timed + 6
+
+
+def test_a_cached_winner_outside_the_offered_candidates_is_tuned_again():
+    dev = _device([3.0, 2.0, 1.0, 4.0, 5.0, 6.0])
+    tuner = Tuner()
+    assert tuner.tune(PROBLEM, SHAPES, dev.time).winner == SHAPES[2]
+    smaller = [SHAPES[0], SHAPES[1]]
+    result = tuner.tune(PROBLEM, smaller, dev.time)
+    assert result.timed_now and result.winner == SHAPES[1]
+
+
+def test_the_cache_is_pluggable():
+    class Recording(MemoryCache):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def get(self, key):
+            self.calls.append(("get", key))
+            return super().get(key)
+
+        def put(self, key, result):
+            self.calls.append(("put", key))
+            assert isinstance(result, TuningResult)
+            super().put(key, result)
+
+    cache = Recording()
+    dev = _device([3.0, 2.0, 1.0, 4.0, 5.0, 6.0])
+    Tuner(cache).tune(PROBLEM, SHAPES, dev.time)
+    Tuner(cache).tune(PROBLEM, SHAPES, dev.time)  # another tuner, the same cache: no timing
+    key = descriptor_hash(PROBLEM)
+    assert cache.calls == [("get", key), ("put", key), ("get", key)] and len(dev.timed) == 6
+
+
+def test_ties_go_to_the_first_in_the_order_given_every_time():
+    winners = set()
+    for _ in range(3):
+        dev = _device([5.0, 2.0, 2.0, 2.0, 9.0, 9.0])
+        winners.add(canonical_json(Tuner().tune(PROBLEM, SHAPES, dev.time).winner))
+    assert winners == {canonical_json(SHAPES[1])}
+    dev = _device([5.0, 2.0, 2.0, 2.0, 9.0, 9.0])
+    backwards = Tuner().tune(PROBLEM, SHAPES[::-1], dev.time)
+    assert backwards.winner == SHAPES[3]
+
+
+def test_duplicate_candidates_are_timed_once_and_numpy_knobs_are_plain():
+    dev = _device([3.0, 2.0, 1.0, 4.0, 5.0, 6.0])
+    twice = [SHAPES[0], dict(reversed(list(SHAPES[0].items()))), {**SHAPES[1], "unroll": np.int64(4)}]
+    result = Tuner().tune(PROBLEM, twice, dev.time)
+    assert len(dev.timed) == 2 and result.winner == SHAPES[1] and type(result.winner["unroll"]) is int
+
+
+def test_when_nothing_survives_the_error_says_why():
+    dev = _device([1.0] * 6, broken=[canonical_json(s) for s in SHAPES[:3]],
+                  unsupported=[canonical_json(s) for s in SHAPES[3:]])
+    with pytest.raises(NoCandidateSurvived) as err:
+        Tuner().tune(PROBLEM, SHAPES, dev.time, check=dev.check)
+    assert isinstance(err.value, CalibError) and len(err.value.rejected) == 6
+    assert "none of the 6 candidates" in str(err.value) and "wrong output: RuntimeError" in str(err.value)
+    assert "and 1 more" in str(err.value) and dev.timed == []
+    with pytest.raises(NoCandidateSurvived, match="no candidates were offered"):
+        Tuner().tune(PROBLEM, [], dev.time)
+
+
+def test_a_check_returning_false_and_a_time_raising_unsupported_reject_the_candidate():
+    dev = _device([3.0, 2.0, 1.0, 4.0, 5.0, 6.0])
+
+    def timing(knobs):
+        if knobs["unroll"] == 1:
+            raise UnsupportedConfig("needs unroll > 1 at this size")
+        return dev.time(knobs)
+
+    result = Tuner().tune(PROBLEM, SHAPES, timing, check=lambda k: k["blocks_per_sm"] != 4)
+    assert result.winner == SHAPES[1]
+    assert [c.rejected_because for c in result.candidates] == [
+        "unsupported: UnsupportedConfig: needs unroll > 1 at this size", None,
+        "unsupported: UnsupportedConfig: needs unroll > 1 at this size", None,
+        "wrong output: the check returned False", "wrong output: the check returned False"]
+
+
+def test_a_device_failure_is_not_blamed_on_the_candidate():
+    def full(knobs):
+        raise DeviceOutOfMemory("needs 8 GiB of device memory; 1 GiB is free")
+
+    with pytest.raises(DeviceOutOfMemory):
+        Tuner().tune(PROBLEM, SHAPES, full)
+    with pytest.raises(DeviceOutOfMemory):
+        Tuner().tune(PROBLEM, SHAPES, _device([1.0] * 6).time, check=full)
+
+
+def test_a_measurement_without_samples_is_rejected():
+    result = Tuner().tune(PROBLEM, SHAPES[:2], lambda k: Measurement([] if k["unroll"] == 1 else [2.0, 2.0]))
+    assert result.winner == SHAPES[1] and result.candidates[0].rejected_because == "no finite time (0 samples)"
+
+
+def test_annotate_marks_the_measurement_of_the_winner():
+    dev = _device([3.0, 2.0, 1.0, 4.0, 5.0, 6.0])
+    tuner = Tuner()
+    result = tuner.tune(PROBLEM, SHAPES, dev.time)
+    point = Measurement([1.0, 1.1], protocol={"timer": "fake", "attempt": 1})
+    result.annotate(point)
+    assert point.protocol == {"timer": "fake", "attempt": 1, "perf_config": SHAPES[2], "tuned_on": PROBLEM}
+    assert point.candidates == result.measurements and len(point.candidates) == 6
+    later = tuner.tune(PROBLEM, SHAPES, dev.time).annotate(Measurement([1.0]))
+    assert later.candidates == [] and later.protocol["perf_config"] == SHAPES[2]
+
+
+def test_a_bad_problem_descriptor_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match=r"descriptor\['size_bytes'\] is nan"):
+        Tuner().tune({**PROBLEM, "size_bytes": float("nan")}, SHAPES, _device([1.0] * 6).time)
+
+
+def test_importing_the_tuner_loads_no_gpu_library():
+    code = ("import sys, calib.tuning; bad = [m for m in ('cupy', 'sqlalchemy') if m in sys.modules]; "
+            "assert not bad, bad")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
