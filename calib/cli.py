@@ -9,6 +9,7 @@ import sys
 import warnings
 
 from . import __version__
+from .errors import CalibError
 
 
 def _cmd_run(args) -> int:
@@ -278,7 +279,13 @@ def main(argv=None) -> int:
     # On the command line a warning is a message to the user, not a pointer into calib's source.
     warnings.formatwarning = _one_line_warning
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except CalibError as exc:
+        # calib refused, with a reason: the reason is the message. Anything else is a bug and
+        # keeps its traceback.
+        print(f"calib {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
