@@ -11,33 +11,55 @@ Importing calib loads no GPU library and no scientific stack: the profile is pla
 from __future__ import annotations
 
 from ._version import __version__
+from .errors import CalibError
 from .profile import (CalibWarning, MissingParameterError, Parameter, ParameterWarning, Profile, ProfileError,
                       ProfileWarning, load_profile, merge_into, read_profile, write_profile)
 
 __all__ = ["__version__", "query", "record", "default_profile", "reset", "load_profile", "read_profile",
-           "write_profile", "merge_into", "Profile", "Parameter", "ProfileError", "MissingParameterError",
-           "CalibWarning", "ProfileWarning", "ParameterWarning"]
+           "write_profile", "merge_into", "Profile", "Parameter", "CalibError", "ProfileError",
+           "MissingParameterError", "CalibWarning", "ProfileWarning", "ParameterWarning"]
 
 _default: Profile | None = None
 
 
+class _NotLoaded:
+    """Stands in for the default profile until the first query: every lookup misses, and the
+    miss loads the profile. It spares ``query`` a test for "loaded yet?" on every call."""
+
+    _values: dict = {}
+
+
+_hot = _NotLoaded  # the object whose ``_values`` ``query`` reads: the default profile once loaded
+
+
 def default_profile() -> Profile:
     """This machine's profile by the lookup order, loaded once per process."""
-    global _default
+    global _default, _hot
     if _default is None:
         _default = load_profile()
+    _hot = _default  # also when someone assigned ``_default`` directly
     return _default
 
 
 def reset():
     """Forget the loaded profile (after ``calib run`` or a change of ``CALIB_PROFILE``)."""
-    global _default
+    global _default, _hot
     _default = None
+    _hot = _NotLoaded
 
 
 def query(name: str, default=None, *, strict: bool = False):
-    """Value of a parameter of this machine's profile, or ``default`` with a warning."""
-    return default_profile().query(name, default, strict=strict)
+    """Value of a parameter of this machine's profile, or ``default`` with a warning.
+
+    Never raises, except with ``strict=True``. A hit is one dictionary lookup into the validated
+    values of the default profile (heuristics call this in their hot path); everything else (the
+    first call, which loads the profile, a missing or broken parameter, an unusable profile) goes
+    through ``Profile._fallback``, which warns once per name at the caller's line.
+    """
+    try:
+        return _hot._values[name]
+    except (KeyError, TypeError):
+        return default_profile()._fallback(name, default, strict, 3)
 
 
 def record(name: str) -> Parameter:

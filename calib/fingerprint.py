@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import functools
 import re
-import shutil
-import subprocess
 
 from ._version import __version__
 
@@ -105,6 +103,9 @@ def _from_nvml(index: int) -> tuple[dict, dict] | None:
 
 
 def _from_nvidia_smi(index: int) -> tuple[dict, dict] | None:
+    import shutil  # here, not at the top: `import calib` should not pay for subprocess
+    import subprocess
+
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None

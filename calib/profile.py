@@ -12,14 +12,12 @@ leaves the previous profile intact and concurrent writers merge rather than over
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import math
 import os
-import tempfile
+import sys
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from . import fingerprint as fp
 from .errors import CalibError
@@ -54,24 +52,63 @@ class ParameterWarning(CalibWarning):
 
 
 def utc_now() -> str:
+    import datetime as _dt  # only writers need the time; `import calib` should not pay for datetime
+
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-@dataclass(frozen=True)
-class Parameter:
-    """One measured number and the evidence behind it."""
+_FIELDS = ("name", "value", "ci95", "unit", "n", "method", "r2", "flags", "diagnostics", "source", "measured")
 
-    name: str
-    value: float
-    ci95: tuple[float, float] | None = None
-    unit: str | None = None
-    n: int | None = None
-    method: str | None = None
-    r2: float | None = None
-    flags: tuple[str, ...] = ()
-    diagnostics: dict = field(default_factory=dict)
-    source: str | None = None
-    measured: str | None = None
+
+class Parameter:
+    """One measured number and the evidence behind it; immutable.
+
+    Written out by hand rather than as a frozen dataclass: ``dataclasses`` imports ``inspect`` and
+    generates code when the class is defined, which together cost about 8 ms, a third of what
+    ``import calib`` cost, and heuristics pay ``import calib`` at every start-up.
+    """
+
+    __slots__ = _FIELDS
+
+    def __init__(self, name: str, value: float, ci95: tuple[float, float] | None = None, unit: str | None = None,
+                 n: int | None = None, method: str | None = None, r2: float | None = None,
+                 flags: tuple[str, ...] = (), diagnostics: dict | None = None, source: str | None = None,
+                 measured: str | None = None):
+        put = object.__setattr__
+        put(self, "name", name)
+        put(self, "value", value)
+        put(self, "ci95", ci95)
+        put(self, "unit", unit)
+        put(self, "n", n)
+        put(self, "method", method)
+        put(self, "r2", r2)
+        put(self, "flags", flags)
+        put(self, "diagnostics", {} if diagnostics is None else diagnostics)
+        put(self, "source", source)
+        put(self, "measured", measured)
+
+    def __setattr__(self, key, value):
+        raise AttributeError(f"Parameter is immutable: cannot assign to {key!r}")
+
+    def __delattr__(self, key):
+        raise AttributeError(f"Parameter is immutable: cannot delete {key!r}")
+
+    def _astuple(self) -> tuple:
+        return tuple(getattr(self, k) for k in _FIELDS)
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._astuple() == other._astuple()
+
+    def __hash__(self):  # the diagnostics dict is left out: it cannot be hashed
+        return hash(tuple(getattr(self, k) for k in _FIELDS if k != "diagnostics"))
+
+    def __repr__(self):
+        return "Parameter(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in _FIELDS) + ")"
+
+    def __reduce__(self):  # pickle and copy go through __init__, since __setattr__ refuses
+        return (self.__class__, self._astuple())
 
     @classmethod
     def from_record(cls, name: str, record) -> "Parameter":
@@ -161,23 +198,46 @@ def migrate(doc: dict) -> dict:
 class Profile:
     """Parameters plus the fingerprint they were measured under.
 
-    Records are validated one by one when queried, so one broken parameter costs only itself.
-    ``unusable`` holds the reason when none of the values may be used (another GPU, an unreadable
-    file): every query then returns its default.
+    Every record is validated once, here at construction, not at each query: heuristics call
+    ``query`` in their hot path, where it is one dictionary lookup. A record that fails
+    validation costs only itself: its ProfileError is kept, ``query`` returns the default with
+    that reason (once per name) and ``record`` raises it. ``unusable`` holds the reason when none
+    of the values may be used (another GPU, an unreadable file): every query then returns its
+    default. ``params`` (the records as stored) is read-only, so that what was validated is what
+    is served.
     """
 
     def __init__(self, params: dict | None = None, *, device: dict | None = None, software: dict | None = None,
                  created: str | None = None, path: str | os.PathLike | None = None, origin: str = "memory",
                  unusable: str | None = None, notes: list[str] | None = None):
-        self.params = dict(params or {})
+        self.params = MappingProxyType(dict(params or {}))
         self.device = dict(device or {})
         self.software = dict(software or {})
         self.created = created
         self.path = Path(path) if path else None
         self.origin = origin
-        self.unusable = unusable
         self.notes = list(notes or [])
-        self._warned: set[str] = set()
+        self._warned: set = set()
+        self._records: dict[str, Parameter] = {}
+        self._faults: dict[str, ProfileError] = {}
+        for name, record in self.params.items():
+            try:
+                self._records[name] = Parameter.from_record(name, record)
+            except ProfileError as exc:
+                self._faults[name] = exc
+        self._usable_values = {name: p.value for name, p in self._records.items()}
+        self.unusable = unusable
+
+    @property
+    def unusable(self) -> str | None:
+        return self._unusable
+
+    @unusable.setter
+    def unusable(self, reason: str | None):
+        # ``query`` reads only ``_values``: an unusable profile serves nothing, so every query
+        # misses and takes the slow path, which says why.
+        self._unusable = reason
+        self._values = {} if reason else self._usable_values
 
     @property
     def simulated(self) -> bool:
@@ -198,48 +258,75 @@ class Profile:
 
     def record(self, name: str) -> Parameter:
         """The full record of a parameter; raises where ``query`` would fall back."""
-        if self.unusable:
-            raise ProfileError(self.unusable)
-        if name not in self.params:
-            raise MissingParameterError(f"{self._where()} has no parameter {name!r}"
-                                        f"{_did_you_mean(name, self.params)}")
-        return Parameter.from_record(name, self.params[name])
+        if self._unusable:
+            raise ProfileError(self._unusable)
+        try:
+            return self._records[name]
+        except KeyError:
+            pass
+        fault = self._faults.get(name)
+        if fault is not None:
+            raise ProfileError(str(fault))
+        raise MissingParameterError(f"{self._where()} has no parameter {name!r}{_explain_missing(name, self.params)}")
 
     def query(self, name: str, default=None, *, strict: bool = False):
-        """The value of ``name``, or ``default`` (warning once per name) when it cannot be had."""
+        """The value of ``name``, or ``default`` (warning once per name) when it cannot be had.
+
+        Never raises, except with ``strict=True``, where every fallback is a ProfileError.
+        """
         try:
+            return self._values[name]
+        except (KeyError, TypeError):  # TypeError: an unhashable name, which the slow path reports
+            return self._fallback(name, default, strict, 3)
+
+    def _fallback(self, name, default, strict: bool, stacklevel: int):
+        """Why ``name`` has no usable value: raise it (strict) or warn once and return ``default``.
+
+        ``stacklevel`` points the warning at the caller's line, through ``query`` or ``calib.query``.
+        A name that has warned already returns at once: a heuristic that asks for a parameter this
+        profile lacks, in its hot path, should not rebuild the message (and its suggestions) each time.
+        """
+        if not strict and isinstance(name, str) and name in self._warned:
+            return default
+        try:
+            if not isinstance(name, str):
+                raise ProfileError(f"parameter names are strings, not {type(name).__name__} {name!r}")
             return self.record(name).value
         except ProfileError as exc:
             if strict:
                 raise
-            if name not in self._warned:
-                self._warned.add(name)
-                warnings.warn(f"{exc}; using the default {default!r}", ParameterWarning, stacklevel=2)
+            key = name if isinstance(name, str) else repr(name)
+            if key not in self._warned:
+                self._warned.add(key)
+                warnings.warn(f"{exc}; using the default {default!r}", ParameterWarning, stacklevel=stacklevel)
             return default
 
     def parameters(self) -> dict[str, Parameter | ProfileError]:
         """Every record, validated: a Parameter, or the ProfileError that says what is wrong."""
-        out = {}
-        for name in self.names():
-            try:
-                out[name] = Parameter.from_record(name, self.params[name])
-            except ProfileError as exc:
-                out[name] = exc
-        return out
+        return {name: self._records.get(name) or self._faults[name] for name in self.names()}
 
     def to_document(self) -> dict:
         return {"schema": f"{SCHEMA_NAME}/{SCHEMA_VERSION}", "device": self.device, "software": self.software,
-                "created": self.created, "params": self.params}
+                "created": self.created, "params": dict(self.params)}
 
     def _where(self) -> str:
         return f"profile {self.path}" if self.path else f"the {self.origin} profile"
 
 
-def _did_you_mean(name: str, names) -> str:
-    import difflib
+def _explain_missing(name: str, have) -> str:
+    """What to say after "has no parameter NAME": a close name, or which calibration measures it.
 
-    close = difflib.get_close_matches(name, list(names), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    The parameter catalogue knows every parameter calib can measure; it is imported here, on a
+    miss only, so that neither ``import calib`` nor a query that hits pays for it.
+    """
+    try:
+        from .catalogue import explain_missing
+    except ImportError:  # a calib without the catalogue: suggest a close name among those we have
+        import difflib
+
+        close = difflib.get_close_matches(name, list(have), n=1)
+        return f" (did you mean {close[0]!r}?)" if close else ""
+    return explain_missing(name, have)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,6 +335,8 @@ def _did_you_mean(name: str, names) -> str:
 
 def read_profile(path: str | os.PathLike) -> Profile:
     """Parse and migrate one file; any fault raises ProfileError naming the file."""
+    import json  # here, not at the top: `import calib` need not pay for it when nothing is read
+
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -273,9 +362,30 @@ def read_profile(path: str | os.PathLike) -> Profile:
 
 
 def user_profiles_dir() -> Path:
+    """``profiles/`` of calib's folder in the user's data directory (platformdirs' ``user_data_dir``)."""
+    return Path(_user_data_dir()) / "profiles"
+
+
+def _user_data_dir() -> str:
+    """platformdirs' ``user_data_dir("calib")``, without importing platformdirs where the answer is plain.
+
+    The lookup of the default profile passes through here on the first ``calib.query``, and
+    importing platformdirs (with the ``tempfile`` it imports) cost about as much as the rest of
+    the load. On Linux with an absolute ``$XDG_DATA_HOME``, or none and an absolute ``$HOME``,
+    every platformdirs version answers ``$XDG_DATA_HOME/calib`` or ``~/.local/share/calib``;
+    anything less plain (another OS, a relative or blank value) is left to platformdirs itself.
+    tests/test_profile.py checks that both agree.
+    """
+    if sys.platform.startswith("linux"):
+        xdg = os.environ.get("XDG_DATA_HOME")
+        if xdg and os.path.isabs(xdg):
+            return os.path.join(xdg, "calib")
+        home = os.environ.get("HOME")
+        if not xdg and home and os.path.isabs(home):
+            return os.path.join(home, ".local", "share", "calib")
     import platformdirs
 
-    return Path(platformdirs.user_data_dir("calib")) / "profiles"
+    return platformdirs.user_data_dir("calib")
 
 
 def shipped_profiles_dir() -> Path:
@@ -285,15 +395,19 @@ def shipped_profiles_dir() -> Path:
 
 def candidate_paths(path=None, device: dict | None = None) -> list[tuple[str, Path]]:
     """The lookup order of DESIGN.md, as (origin, path) pairs, first match wins."""
-    slug = fp.device_slug(device)
-    out = []
+    return list(_candidates(path, device))
+
+
+def _candidates(path, device):
+    """``candidate_paths`` one at a time: a lookup that stops at an explicit path or at
+    ``CALIB_PROFILE`` never computes the user folder (``platformdirs`` costs milliseconds to import)."""
     if path is not None:
-        out.append(("explicit", Path(path)))
+        yield "explicit", Path(path)
     if os.environ.get(ENV_PROFILE):
-        out.append((ENV_PROFILE, Path(os.environ[ENV_PROFILE])))
-    out.append(("user", user_profiles_dir() / f"{slug}.json"))
-    out.append(("shipped", shipped_profiles_dir() / f"{slug}.json"))
-    return out
+        yield ENV_PROFILE, Path(os.environ[ENV_PROFILE])
+    slug = fp.device_slug(device)
+    yield "user", user_profiles_dir() / f"{slug}.json"
+    yield "shipped", shipped_profiles_dir() / f"{slug}.json"
 
 
 def load_profile(path=None, *, device="auto", software="auto", strict: bool = False,
@@ -305,13 +419,14 @@ def load_profile(path=None, *, device="auto", software="auto", strict: bool = Fa
     or broken is an error in strict mode and a warning otherwise; in lenient mode the lookup never
     raises and ends, at worst, in an empty profile whose queries return their defaults.
     """
-    if device == "auto" or software == "auto":
+    # Without a device to check against, the software is not compared either: do not detect it.
+    if device == "auto" or (software == "auto" and device is not None):
         detected = fp.detect_current()
         cur_device, cur_software = detected if detected else (None, None)
         device = cur_device if device == "auto" else device
         software = cur_software if software == "auto" else software
 
-    for origin, candidate in candidate_paths(path, device):
+    for origin, candidate in _candidates(path, device):
         explicit = origin in ("explicit", ENV_PROFILE)
         if not candidate.exists():
             if explicit:
@@ -384,6 +499,9 @@ def _lock(path: Path):
 def _write_atomic(path: Path, doc: dict):
     """Write to a temporary file beside the target, fsync, then rename over it: a reader sees the
     old file or the new one, never half of one, even if this process is killed."""
+    import json
+    import tempfile
+
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(doc, indent=2, sort_keys=False, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -450,7 +568,7 @@ def merge_into(path, params: dict, *, device: dict, software: dict, replace: boo
                 if current.device and hard:
                     raise ProfileError(f"profile {path} belongs to another device ({'; '.join(hard)}); "
                                        "write this calibration to another path")
-                merged = current.params
+                merged = dict(current.params)
         merged.update(params)
         doc = {"schema": f"{SCHEMA_NAME}/{SCHEMA_VERSION}", "device": device, "software": software,
                "created": utc_now(), "params": dict(sorted(merged.items()))}

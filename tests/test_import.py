@@ -43,3 +43,10 @@ def test_cupy_backend_without_cupy_names_the_extra(monkeypatch):
         assert "calib[cuda13]" in str(exc) and "cupy" in str(exc)
     else:  # pragma: no cover
         raise AssertionError("CupyBackend() without cupy must fail with the extra to install")
+
+
+def test_import_calib_leaves_the_rest_of_the_stack_and_the_file_helpers_for_later():
+    # what heuristics pay at every start-up: the scientific stack, and the helpers only writers,
+    # the lookup of the user folder or a missing name need (bench/query_speed.py measures the time)
+    mods = _modules_after("import calib")
+    assert not {"scipy", "cupy", "platformdirs", "filelock", "difflib", "calib.catalogue"} & mods

@@ -37,8 +37,11 @@ def test_missing_parameter_warns_once_and_returns_default(fixture_path):
         assert p.query("memory.dram.write_bandwidth_gbps", 1300.0) == 1300.0
     msgs = [str(w.message) for w in caught if issubclass(w.category, ParameterWarning)]
     assert len(msgs) == 1 and "memory.dram.write_bandwidth_gbps" in msgs[0] and "1300.0" in msgs[0]
-    # close names are suggested
-    assert "did you mean 'memory.dram.read_bandwidth_gbps'" in msgs[0]
+    # a parameter calib measures that this profile lacks: the message says which calibration measures it
+    assert "memory_bandwidth" in msgs[0]
+    # a misspelt name: the close name is suggested
+    with pytest.warns(ParameterWarning, match="did you mean 'memory.dram.read_bandwidth_gbps'"):
+        assert p.query("memory.dram.read_bandwidht_gbps", 1300.0) == 1300.0
 
 
 def test_strict_query_raises(fixture_path):
@@ -238,3 +241,120 @@ def test_concurrent_mergers_lose_no_parameter(tmp_path):
     p = read_profile(path)
     assert len(p) == 48
     assert p.query("test.worker7.param5_count", 0) == 705
+
+
+# ----------------------------------------------------------------------------------------------
+# validation at load, a fast query path
+
+
+def test_records_are_validated_once_at_load_and_a_broken_one_is_reported_when_queried(fixture_path, monkeypatch):
+    path = fixture_path("nan_value.json")
+    p = read_profile(path)
+    calls = []
+    real = calib.Parameter.from_record.__func__
+    monkeypatch.setattr(calib.Parameter, "from_record",
+                        classmethod(lambda cls, name, rec: calls.append(name) or real(cls, name, rec)))
+    for _ in range(3):
+        assert p.query("memory.dram.copy_bandwidth_gbps", 1.0) == 4300.0
+    assert calls == []  # no validation at query time
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert p.query(READ, 1300.0) == 1300.0
+    msgs = [str(w.message) for w in caught if issubclass(w.category, ParameterWarning)]
+    assert len(msgs) == 1 and "'value' is nan" in msgs[0] and READ in msgs[0] and "1300.0" in msgs[0]
+    for _ in range(2):  # record() raises the named error every time, not only the first
+        with pytest.raises(ProfileError, match=rf"parameter '{READ}': 'value' is nan"):
+            p.record(READ)
+    with pytest.raises(ProfileError, match="'value' must be a number"):
+        p.query("memory.dram.write_bandwidth_gbps", 1.0, strict=True)
+    report = p.parameters()
+    assert isinstance(report[READ], ProfileError) and report["memory.dram.copy_bandwidth_gbps"].value == 4300.0
+
+
+def test_missing_name_warning_names_the_file_and_points_at_the_caller(fixture_path):
+    path = fixture_path("good_h200.json")
+    p = read_profile(path)
+    with pytest.warns(ParameterWarning) as caught:
+        p.query("launch.latency_us", 7.5)
+    assert str(path) in str(caught[0].message) and "no parameter 'launch.latency_us'" in str(caught[0].message)
+    assert caught[0].filename == __file__
+
+
+def test_module_level_query_warns_at_the_callers_line(monkeypatch, fixture_path):
+    monkeypatch.setenv("CALIB_PROFILE", str(fixture_path("good_h200.json")))
+    monkeypatch.setattr("calib.fingerprint.detect_current", lambda index=0: None)
+    calib.reset()
+    assert calib.query(READ, 1.0) == 4460.0  # the first call loads the profile
+    with pytest.warns(ParameterWarning, match="no parameter 'launch.latency_us'") as caught:
+        assert calib.query("launch.latency_us", 7.5) == 7.5
+    assert caught[0].filename == __file__
+    with pytest.raises(MissingParameterError):
+        calib.query("launch.latency_us", 7.5, strict=True)
+    calib.reset()
+    monkeypatch.delenv("CALIB_PROFILE")
+    monkeypatch.setattr("calib.profile.shipped_profiles_dir", lambda: fixture_path("good_h200.json").parent / "none")
+    with pytest.warns(ParameterWarning, match="no parameter"):  # after reset the lookup runs again: now empty
+        assert calib.query(READ, 1.0) == 1.0
+
+
+def test_query_never_raises_for_odd_names(fixture_path):
+    p = read_profile(fixture_path("good_h200.json"))
+    with pytest.warns(ParameterWarning, match="parameter names are strings"):
+        assert p.query(["not", "hashable"], 3.0) == 3.0
+    with pytest.warns(ParameterWarning, match="not NoneType"):
+        assert p.query(None, 4.0) == 4.0
+    with pytest.raises(ProfileError, match="parameter names are strings"):
+        p.query(None, 4.0, strict=True)
+
+
+def test_unusable_set_after_load_hides_every_value_until_cleared(fixture_path):
+    p = read_profile(fixture_path("good_h200.json"))
+    p.unusable = "measured on another device"
+    with pytest.warns(ParameterWarning, match="another device"):
+        assert p.query(READ, 1.0) == 1.0
+    with pytest.raises(ProfileError, match="another device"):
+        p.record(READ)
+    p.unusable = None
+    assert p.query(READ, 1.0) == 4460.0
+
+
+def test_params_are_read_only_so_what_was_validated_is_what_is_served(fixture_path):
+    p = read_profile(fixture_path("good_h200.json"))
+    with pytest.raises(TypeError):
+        p.params[READ] = {"value": 1.0}
+    assert json.loads(json.dumps(p.to_document()))["params"][READ]["value"] == 4460.0
+
+
+def test_parameter_is_an_immutable_value(fixture_path):
+    import copy
+    import pickle
+
+    rec = read_profile(fixture_path("good_h200.json")).record(READ)
+    with pytest.raises(AttributeError):
+        rec.value = 1.0
+    assert pickle.loads(pickle.dumps(rec)) == rec == copy.copy(rec)
+    assert rec != calib.Parameter(READ, 1.0) and hash(rec) == hash(copy.deepcopy(rec))
+    assert repr(rec).startswith(f"Parameter(name='{READ}', value=4460.0, ci95=(4451.0, 4469.0)")
+    assert calib.Parameter("x", 1.0).diagnostics == {} and calib.Parameter("x", 1.0).flags == ()
+
+
+def test_load_without_a_device_does_not_detect_the_gpu(monkeypatch, fixture_path):
+    def detect(index=0):
+        raise AssertionError("no detection was asked for")
+
+    monkeypatch.setattr("calib.fingerprint.detect_current", detect)
+    assert load_profile(fixture_path("good_h200.json"), device=None).query(READ, 1.0) == 4460.0
+
+
+@pytest.mark.parametrize("xdg", ["/somewhere/data", "/somewhere/data/", "", "relative/data", None])
+def test_user_folder_is_what_platformdirs_says(monkeypatch, xdg):
+    import platformdirs
+
+    from calib.profile import user_profiles_dir
+
+    if xdg is None:
+        monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_DATA_HOME", xdg)
+    assert user_profiles_dir() == Path(platformdirs.user_data_dir("calib")) / "profiles"
