@@ -103,12 +103,12 @@ def _from_nvml(index: int) -> tuple[dict, dict] | None:
 
 
 def _from_nvidia_smi(index: int) -> tuple[dict, dict] | None:
-    import shutil  # here, not at the top: `import calib` should not pay for subprocess
-    import subprocess
+    import shutil  # here, not at the top: `import calib` should not pay for these
 
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None
+    import subprocess
     query = "name,compute_cap,memory.total,driver_version"
     try:
         text = subprocess.run([exe, f"--id={index}", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
