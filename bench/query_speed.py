@@ -172,6 +172,18 @@ def machine() -> str:
             f"{platform.system()} {platform.release()}, Python {platform.python_version()} ({sys.executable})")
 
 
+def machine_details() -> str:
+    """``nproc`` and the head of ``lscpu``, verbatim, for the results file."""
+    out = [f"$ nproc\n{os.cpu_count()}"]
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        out.append("$ lscpu | head\n" + "\n".join(lscpu.splitlines()[:10]))
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    out.append(f"$ python -V\nPython {platform.python_version()}")
+    return "\n".join(out)
+
+
 def table(rows) -> str:
     lines = ["| what | median | target | ok |", "|---|---:|---:|:---:|"]
     for what, value, target, unit in rows:
@@ -203,7 +215,7 @@ def main(argv=None) -> int:
             f"Measured by `python bench/query_speed.py --out {args.out}` "
             f"(runs={args.runs}, calls={args.calls}, repeats={args.repeats}).\n\n"
             f"- machine: {machine()}\n- profile: `{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}`\n\n"
-            f"{text}\n")
+            f"{text}\n\n```\n{machine_details()}\n```\n")
     return 1 if missed else 0
 
 
