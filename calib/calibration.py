@@ -1,9 +1,11 @@
-"""What a calibration notebook does between its parameters cell and its plots.
+"""What a calibration notebook does between its parameters cell and its reading.
 
-A notebook opens a :class:`Calibration` (backend + results store + session), runs sweeps through it,
-fits with :mod:`calib.fit`, and writes a *fragment*: the parameters it derived plus the fingerprint
-they were measured under. ``calib run`` merges the fragments of a run into the machine profile.
-Keeping this here rather than in the notebooks keeps them thin and this logic under test.
+A notebook opens a :class:`Calibration` for its calibration id (a module of the registry,
+``calib.calibrations``) with a backend, a results store and a session; measures the calibration's
+plan through it, fits, shows the figures and writes a *fragment*: the parameters it derived plus
+the fingerprint they were measured under. ``calib run`` merges the fragments of a run into the
+machine profile. Keeping this here rather than in the notebooks keeps them thin and this logic
+under test.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import calibrations
 from .backends import get_backend, resolve_backend_name
 from .gpulock import GpuLock
 from .profile import ProfileError, Parameter, _write_atomic, utc_now
@@ -34,11 +37,26 @@ SIMULATED_BANNER = ("SIMULATED DEVICE: these numbers come from calib's simulated
                     "hardware. They demonstrate the pipeline and test the statistics.")
 
 
+def interactive_dir(calibration_id: str) -> Path:
+    """Where a notebook run by hand (JupyterLab, ``output_dir = None``) keeps its results: a folder
+    per calibration in the user data directory, never the notebooks' own folder, so that exploring
+    leaves the source tree clean. ``calib run`` passes its run folder instead."""
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("calib")) / "interactive" / calibration_id
+
+
 class Calibration:
-    def __init__(self, *, backend: str = "auto", sim_spec=None, device: int = 0, db: str | None = None,
-                 output_dir: str | os.PathLike = ".", label: str | None = None, reason: str | None = None,
-                 ticket: str | None = None, rule: StoppingRule | None = None, seed: int | None = None):
-        self.output_dir = Path(output_dir)
+    """One calibration's session in a notebook: ``Calibration("memory_bandwidth", backend=...)``."""
+
+    def __init__(self, calibration: str, *, backend: str = "auto", sim_spec=None, device: int = 0,
+                 db: str | None = None, output_dir: str | os.PathLike | None = None, label: str | None = None,
+                 reason: str | None = None, ticket: str | None = None, rule: StoppingRule | None = None,
+                 seed: int | None = None, progress: bool = True):
+        self.definition = calibrations.get(calibration)
+        self.id = self.definition.ID
+        self.progress = progress
+        self.output_dir = Path(output_dir) if output_dir is not None else interactive_dir(self.id)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         name, self.backend_reason = resolve_backend_name(backend, device)
         self.backend = get_backend(name, sim_spec=sim_spec or None, device=device, rule=rule, seed=seed)
@@ -60,7 +78,43 @@ class Calibration:
                f"{self.backend_reason}]"
         return f"{SIMULATED_BANNER}\n{head}" if self.simulated else head
 
-    def sweep(self, configs: list[dict], *, desc: str = "sweep", progress: bool = True,
+    def measure(self, suite: str = "quick", *, wait_for_workers: bool = False, **options):
+        """Measure this calibration's plan for the suite (``options`` go to its plan: the extra
+        parameters of its notebook), print what was measured, keep the tidy frame beside the run
+        and return it. The GPU is released at the end, so that the next notebook of a run can
+        measure while this one fits and plots."""
+        device_fp = self.device
+        configs = self.definition.plan(suite, l2_bytes=self.backend.l2_bytes, memory_bytes=self.backend.memory_bytes,
+                                       sm_count=device_fp.get("sm_count", 132), **options)
+        if self.definition.KIND == "compiled":
+            self.await_turn()  # in calib run, compiling waits while a host-timed notebook measures
+            frame = self.definition.collect(self.backend, configs)
+            frame["simulated"] = self.simulated
+            print(f"{len(frame)} kernels compiled")
+        else:
+            frame, report = self.sweep(configs, desc=self.id, wait_for_workers=wait_for_workers)
+            print(report)
+        self.release_gpu()
+        frame.to_parquet(self.output_dir / f"{self.id}.parquet")
+        return frame
+
+    def fit(self, data, *, robust: bool = False):
+        """The calibration's fit, held to its declared parameters (``calib.calibrations.fit``)."""
+        return calibrations.fit(self.id, data, robust=robust)
+
+    def show_figures(self, data, result) -> None:
+        """Every figure of the calibration, saved beside the run's data and shown here."""
+        for name, fig in self.definition.figures(data, result, title=self.title).items():
+            self.save_figure(fig, name)
+
+    def reading(self, result) -> str:
+        """What the notebook prints last: the calibration's own reading, then flags and failures."""
+        parts = [self.definition.reading(result), result.summary()]
+        if self.simulated:
+            parts.append("(SIMULATED DEVICE: these values are the spec's planted truth plus noise.)")
+        return "\n".join(p for p in parts if p)
+
+    def sweep(self, configs: list[dict], *, desc: str = "sweep", progress: bool | None = None,
               wait_for_workers: bool = False):
         """Measure the configs not yet completed in this session (here, or by ``calib worker``
         processes with ``wait_for_workers``); return the tidy frame of all, and the report."""
@@ -74,15 +128,16 @@ class Calibration:
             self.await_turn()
             if self._gpu_lock is not None:
                 self._gpu_lock.acquire()
+        progress = self.progress if progress is None else progress
         report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
                            gpu_id=None if self.simulated else physical_gpu_id(self.device_index),
                            wait_for_workers=wait_for_workers)
-        experiments = {c["experiment"] for c in configs}
+        wanted = {c["calibration"] for c in configs}
         frame = self.store.frame(self.session_id)
         if frame.empty:
             first = report.failed[0][1] if report.failed else "no point was measured"
             raise RuntimeError(f"none of the {len(configs)} points of this sweep has a result; first error: {first}")
-        return frame[frame["experiment"].isin(experiments)].reset_index(drop=True), report
+        return frame[frame["calibration"].isin(wanted)].reset_index(drop=True), report
 
     def await_turn(self):
         """Inside ``calib run``: say that this notebook is ready, then wait until the run lets it
@@ -135,10 +190,15 @@ class Calibration:
             display(Image(filename=str(path)))
         return path
 
-    def write_fragment(self, records: dict, *, source: str) -> Path:
-        path = self.output_dir / f"fragment-{Path(source).stem}.json"
-        write_fragment(path, records, device=self.device, software=self.software, source=source,
-                       session={"db": self.store.url, "id": self.session_id, "label": self.label})
+    def write_fragment(self, result) -> Path:
+        """The fitted parameters, with the fingerprint and session they come from; the failures
+        too, so that a merge can say what this calibration could not give."""
+        source = f"notebooks/{self.id}.ipynb"
+        path = self.output_dir / f"fragment-{self.id}.json"
+        write_fragment(path, result.records, device=self.device, software=self.software, source=source,
+                       session={"db": self.store.url, "id": self.session_id, "label": self.label},
+                       failures=result.failures)
+        print("wrote", path)
         return path
 
 
@@ -150,7 +210,8 @@ def _signal_measured():
         (Path(folder) / f"{notebook}.measured").touch()
 
 
-def write_fragment(path, records: dict, *, device: dict, software: dict, source: str, session: dict | None = None):
+def write_fragment(path, records: dict, *, device: dict, software: dict, source: str, session: dict | None = None,
+                   failures: dict | None = None):
     now = utc_now()
     params = {}
     for name, rec in records.items():
@@ -158,7 +219,8 @@ def write_fragment(path, records: dict, *, device: dict, software: dict, source:
         Parameter.from_record(name, rec)  # never write what the profile would refuse to read
         params[name] = rec
     doc = {"schema": FRAGMENT_SCHEMA, "simulated": bool(device.get("simulated")), "device": device,
-           "software": software, "created": now, "source": source, "session": session or {}, "params": params}
+           "software": software, "created": now, "source": source, "session": session or {}, "params": params,
+           "failures": dict(failures or {})}
     if doc["simulated"]:
         doc["note"] = SIMULATED_BANNER
     _write_atomic(Path(path), doc)

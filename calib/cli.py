@@ -131,7 +131,7 @@ def _cmd_worker(args) -> int:
 
 
 def _cmd_sweep(args) -> int:
-    from .experiments import dram
+    from .calibrations import memory_bandwidth as dram
     from .store import StoreError
     from .sweep import run_sweep
 
@@ -150,6 +150,23 @@ def _cmd_sweep(args) -> int:
         return 2
     print(report)
     return 1 if report.failed else 0
+
+
+def _cmd_catalogue(args) -> int:
+    """Every parameter calib measures, with its unit, its calibration and its meaning."""
+    from .catalogue import parameters
+
+    rows = list(parameters().values())
+    if args.json:
+        print(json.dumps({p.name: {"unit": p.unit, "calibration": p.calibration, "meaning": p.meaning}
+                          for p in rows}, indent=2))
+        return 0
+    width = max(len(p.name) for p in rows)
+    units = max(len(p.unit) for p in rows)
+    cals = max(len(p.calibration) for p in rows)
+    for p in rows:
+        print(f"{p.name:<{width}}  {p.unit:<{units}}  {p.calibration:<{cals}}  {p.meaning}")
+    return 0
 
 
 def _cmd_status(args) -> int:
@@ -233,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--json", action="store_true")
         s.add_argument("--no-device-check", action="store_true", help="do not compare with this machine's GPU")
         s.set_defaults(func=func)
+
+    ca = sub.add_parser("catalogue", help="every parameter calib measures: unit, calibration, meaning")
+    ca.add_argument("--json", action="store_true")
+    ca.set_defaults(func=_cmd_catalogue)
 
     db_help = "tuning database URL (default: $CALIB_DB_URL)"
     w = sub.add_parser("worker", help="claim and measure jobs from the tuning database, one process per GPU")

@@ -22,7 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
+from ._lazy import lazy
+
+np = lazy("numpy")
 
 # A poor fit is flagged, never hidden. These thresholds decide what "poor" means.
 MIN_R2 = 0.99
@@ -148,12 +150,69 @@ class LinearTimeFit:
 
 
 def _record(value, ci, unit, fit: LinearTimeFit, flags, source, ci_method) -> dict:
-    rec = {"value": float(value), "ci95": [float(ci[0]), float(ci[1])], "unit": unit, "n": fit.n,
-           "method": f"{fit.method}; {ci_method}", "r2": float(fit.r2), "flags": flags,
-           "diagnostics": {k: v for k, v in fit.diagnostics.items()}}
-    if source:
-        rec["source"] = source
-    return rec
+    return make_record(value, ci, unit, n=fit.n, method=f"{fit.method}; {ci_method}", r2=fit.r2, flags=flags,
+                       diagnostics=fit.diagnostics, source=source)
+
+
+def make_record(value, ci95, unit: str, *, n: int, method: str, r2: float | None = None, flags=(),
+                diagnostics: dict | None = None, source: str | None = None) -> dict:
+    """The one place a parameter record is built: every fit, linear or not, ends here, so that every
+    record carries the same fields (value, ci95, unit, n, method, r2, flags, diagnostics, source,
+    and when it was fitted) and a CI that is not a pair of finite numbers around the value is
+    flagged rather than written as if it were one."""
+    from .profile import utc_now
+
+    value = float(value) if not isinstance(value, bool) else value
+    lo, hi = (float(ci95[0]), float(ci95[1])) if ci95 is not None else (None, None)
+    flags = [str(f) for f in flags]
+    if lo is not None and not (math.isfinite(lo) and math.isfinite(hi)):
+        flags.append("CI not estimable")
+        lo = hi = None
+    elif lo is not None and not lo <= value <= hi:
+        flags.append(f"the value lies outside its own CI [{lo:.6g}, {hi:.6g}]")
+    rec = {"value": value, "ci95": None if lo is None else [lo, hi], "unit": unit, "n": int(n), "method": method,
+           "r2": None if r2 is None else float(r2), "flags": flags, "diagnostics": dict(diagnostics or {}),
+           "source": source, "measured": utc_now()}
+    return {k: v for k, v in rec.items() if v is not None}
+
+
+@dataclass
+class FitResult:
+    """What one calibration's fit gives: a record per parameter it could fit, the model behind each
+    (for the plots), and for every other parameter it declares, why there is no record. Nothing a
+    calibration promises disappears without a reason the notebook prints."""
+
+    calibration: str
+    records: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)
+    failures: dict = field(default_factory=dict)
+
+    @property
+    def flagged(self) -> dict:
+        return {name: rec["flags"] for name, rec in self.records.items() if rec.get("flags")}
+
+    def summary(self) -> str:
+        """Flags and failures in a few lines: what a reader must know before using the numbers."""
+        lines = []
+        if self.flagged:
+            lines.append("fits flagged:")
+            lines += [f"  {name}: {'; '.join(flags)}" for name, flags in self.flagged.items()]
+        if self.failures:
+            lines.append("not fitted:")
+            lines += [f"  {name}: {why}" for name, why in self.failures.items()]
+        return "\n".join(lines) or "every parameter fitted; no fit flagged."
+
+    def table(self):
+        """The parameters as a table (a DataFrame: values and CIs as numbers), failures included."""
+        from .report import parameter_frame
+
+        frame = parameter_frame(self.records)
+        if self.failures:
+            import pandas as pd
+
+            frame = pd.concat([frame, pd.DataFrame([{"name": n, "flags": f"NOT FITTED: {why}"}
+                                                    for n, why in self.failures.items()])], ignore_index=True)
+        return frame
 
 
 def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False,
@@ -232,20 +291,26 @@ def fit_timed(group, x, *, robust: bool = False) -> LinearTimeFit:
                            se_us=group["se_us"].to_numpy() if "se_us" in group else None, robust=robust)
 
 
-def fit_rates(frame, experiment: str, *, work, name, scale: float, unit: str, by: str | list | None = None,
-              robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
+def fit_rates(frame, calibration: str, *, work, name, scale: float, unit: str, by: str | list | None = None,
+              robust: bool = False, source: str | None = None) -> FitResult:
     """``t = t0 + work / rate`` per group of ``by`` (or once) over a sweep frame's rows of
-    ``experiment``: rate records and fits keyed by ``name(group)`` (or ``name``)."""
-    frame = frame[frame["experiment"] == experiment] if len(frame) else frame
+    ``calibration``: rate records and fits keyed by ``name(group)`` (or ``name``). A group that
+    cannot be fitted (too few points, one size only) is a failure with its reason, not a gap."""
+    frame = frame[frame["calibration"] == calibration] if len(frame) else frame
     groups = frame.groupby(by) if by else [(None, frame)]
-    records, fits = {}, {}
+    result = FitResult(calibration)
     for key, g in groups:
-        if len(g) < 3:
-            continue
         param = name(key) if by else name
-        fits[param] = f = fit_timed(g, work(g), robust=robust)
-        records[param] = f.rate_record(scale, unit, source=source)
-    return records, fits
+        if len(g) < 3:
+            result.failures[param] = f"{len(g)} measured point(s); a line needs at least 3"
+            continue
+        try:
+            result.models[param] = f = fit_timed(g, work(g), robust=robust)
+        except ValueError as exc:
+            result.failures[param] = str(exc)
+            continue
+        result.records[param] = f.rate_record(scale, unit, source=source)
+    return result
 
 
 def _diagnose(fit: LinearTimeFit, design: np.ndarray, weights: np.ndarray):

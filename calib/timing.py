@@ -17,7 +17,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 
-import numpy as np
+from ._lazy import lazy
+
+np = lazy("numpy")
 
 Z95 = 1.959963984540054
 NOISY_IQR_FRACTION = 0.10

@@ -55,7 +55,7 @@ def quick_dram_points():
     """Points of the quick DRAM sweep on the built-in simulated device: what `calib run` and
     `calib sweep` measure when told nothing else."""
     from calib.backends.sim import SimBackend
-    from calib.experiments import dram
+    from calib.calibrations import memory_bandwidth as dram
 
     sim = SimBackend()
     return len(dram.plan("quick", l2_bytes=sim.l2_bytes, memory_bytes=sim.memory_bytes))

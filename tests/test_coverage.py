@@ -12,14 +12,25 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from calib import calibrations
 from calib.backends.sim import SimBackend
-from calib.experiments import TIMED, registers
+from calib.calibrations import registers
+from calib.catalogue import parameters
 from calib.sweep import frame_from
 from calib.timing import StoppingRule
 
 SEEDS = 300
 # Not a confidence interval: the bracket a grid leaves around a deterministic compiler threshold.
 BRACKETS = {registers.MAX_PERSISTENT}
+
+
+def _measure(module, backend, device):
+    """One calibration's data on the simulated device, as its notebook would have it."""
+    configs = module.plan("quick", l2_bytes=backend.l2_bytes, memory_bytes=backend.memory_bytes,
+                          sm_count=device["sm_count"])
+    if module.KIND == "compiled":
+        return module.collect(backend, configs)
+    return frame_from(configs, backend.measure(configs))
 
 
 def _calibrate_many(spec, seeds):
@@ -30,12 +41,10 @@ def _calibrate_many(spec, seeds):
         records = {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for module in TIMED:
-                configs = module.plan("quick", l2_bytes=backend.l2_bytes, memory_bytes=backend.memory_bytes,
-                                      sm_count=device["sm_count"])
-                records.update(module.fit(frame_from(configs, backend.measure(configs)))[0])
-            records.update(registers.fit(backend.compile_report(registers.plan("quick")),
-                                         line_max_n=registers.LINE_MAX_N["quick"])[0])
+            for module in calibrations.all_calibrations():
+                result = calibrations.fit(module.ID, _measure(module, backend, device))
+                assert not result.failures, f"{module.ID}: {result.failures}"
+                records.update(result.records)
         for name, rec in records.items():
             truth = backend.truth[name]
             lo, hi = rec["ci95"]
@@ -49,8 +58,7 @@ def _calibrate_many(spec, seeds):
 def test_ci_coverage_and_bias_with_planted_truth(spec, fixture_path):
     spec = fixture_path(spec) if spec else None
     hits, z = _calibrate_many(spec, range(1000, 1000 + SEEDS))
-    # DRAM, L2, shared memory, bytes in flight, launch, split-K, FMA, matmul, reductions, normalization, registers
-    assert len(hits) == 19 + 3 + 1 + 1 + 3 + 1 + 1 + 3 + 2 + 3 + 2
+    assert set(hits) == set(parameters()), "every catalogue parameter is fitted, and nothing else"
 
     for name in BRACKETS:
         assert hits[name].all(), f"{name}: the bracket missed the planted threshold"

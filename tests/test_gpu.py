@@ -28,7 +28,7 @@ def test_fingerprint_names_the_gpu(backend):
 
 def test_measurement_is_event_timed_and_tuned(backend):
     size = 8 * backend.l2_bytes
-    [m] = backend.measure([{"experiment": "dram", "kind": "read", "width_bytes": 16, "size_bytes": size}])
+    [m] = backend.measure([{"calibration": "memory_bandwidth", "kind": "read", "width_bytes": 16, "size_bytes": size}])
     assert m.n >= backend.rule.min_samples and m.median_us > 0
     gbps = size / (m.median_us * 1e3)
     assert 10 < gbps < 20000  # a physical range, not a target: targets live in bench/
@@ -36,8 +36,8 @@ def test_measurement_is_event_timed_and_tuned(backend):
 
 
 def test_oversized_point_fails_alone(backend):
-    huge = {"experiment": "dram", "kind": "copy", "width_bytes": 16, "size_bytes": backend.memory_bytes}
-    ok = {"experiment": "dram", "kind": "write", "width_bytes": 16, "size_bytes": 4 * backend.l2_bytes}
+    huge = {"calibration": "memory_bandwidth", "kind": "copy", "width_bytes": 16, "size_bytes": backend.memory_bytes}
+    ok = {"calibration": "memory_bandwidth", "kind": "write", "width_bytes": 16, "size_bytes": 4 * backend.l2_bytes}
     from calib.backends.base import DeviceOutOfMemory
 
     out = backend.measure([huge, ok])
@@ -47,33 +47,32 @@ def test_oversized_point_fails_alone(backend):
 
 def test_short_sweep_fits_with_narrow_ci(backend, tmp_path):
     from calib.calibration import Calibration
-    from calib.experiments import dram
+    from calib.calibrations import memory_bandwidth as dram
 
-    cal = Calibration(backend="cupy", output_dir=tmp_path)
+    cal = Calibration("memory_bandwidth", backend="cupy", output_dir=tmp_path)
     configs = dram.plan("quick", l2_bytes=backend.l2_bytes, memory_bytes=backend.memory_bytes, kinds=["read"],
                         widths=[16])
     frame, report = cal.sweep(configs, progress=False)
     assert report.measured == len(configs)
-    records, _ = dram.fit(frame)
-    rec = records["memory.dram.read_bandwidth_gbps"]
+    rec = dram.fit(frame).records["memory.dram.read_bandwidth_gbps"]
     assert rec["ci95"][0] < rec["value"] < rec["ci95"][1]
     assert np.isfinite(rec["value"])
 
 
 @pytest.mark.parametrize("config", [
-    {"experiment": "launch", "kind": "overhead", "count": 32},
-    {"experiment": "launch", "kind": "latency", "spin_iters": 1000},
-    {"experiment": "launch", "kind": "graph", "count": 16},
-    {"experiment": "splitk", "mn": 1 << 22, "splits": 4},
-    {"experiment": "fma", "dtype": "fp32", "iters": 512, "threads": 132 * 2048, "ilp": 8},
-    {"experiment": "l2", "working_set_bytes": 16 << 20, "passes": 64},
-    {"experiment": "smem", "iters": 1024, "threads": 132 * 2048, "access_bytes": 16},
-    {"experiment": "matmul", "dtype": "fp16", "m": 2048, "n": 2048, "k": 2048},
-    {"experiment": "reduction", "axis": "inner", "rows": 4096, "cols": 8192},
-    {"experiment": "reduction", "axis": "outer", "rows": 4096, "cols": 8192},
-    {"experiment": "occupancy", "blocks_per_sm": 2, "unroll": 4, "width_bytes": 16, "threads": 256, "sm_count": 132,
+    {"calibration": "launch_latency", "kind": "overhead", "count": 32},
+    {"calibration": "launch_latency", "kind": "latency", "spin_iters": 1000},
+    {"calibration": "launch_latency", "kind": "graph", "count": 16},
+    {"calibration": "matmul_splitk", "mn": 1 << 22, "splits": 4},
+    {"calibration": "compute_throughput", "dtype": "fp32", "iters": 512, "threads": 132 * 2048, "ilp": 8},
+    {"calibration": "cache_hierarchy", "working_set_bytes": 16 << 20, "passes": 64},
+    {"calibration": "shared_memory", "iters": 1024, "threads": 132 * 2048, "access_bytes": 16},
+    {"calibration": "matmul_throughput", "dtype": "fp16", "m": 2048, "n": 2048, "k": 2048},
+    {"calibration": "reductions", "axis": "inner", "rows": 4096, "cols": 8192},
+    {"calibration": "reductions", "axis": "outer", "rows": 4096, "cols": 8192},
+    {"calibration": "occupancy", "blocks_per_sm": 2, "unroll": 4, "width_bytes": 16, "threads": 256, "sm_count": 132,
      "size_bytes": 1 << 30},
-    {"experiment": "normalization", "width_bytes": 16, "rows": 16384, "cols": 4096},
+    {"calibration": "normalization_bandwidth", "width_bytes": 16, "rows": 16384, "cols": 4096},
 ], ids=["overhead", "latency", "graph", "splitk", "fma", "l2", "smem", "matmul-fp16", "inner", "outer", "occupancy",
         "softmax"])
 def test_other_calibrations_measure(backend, config):
@@ -91,11 +90,11 @@ def test_register_report_grows_with_the_buffer(backend):
 def test_prepare_compiles_every_planned_kernel_before_measuring(backend):
     """Compiling happens before a notebook takes the GPU; what prepare loads must be what the
     sweeps then use, so that no compile is left inside the measured section."""
-    from calib.experiments import TIMED
+    from calib import calibrations
 
-    configs = [c for module in TIMED
+    configs = [c for module in calibrations.timed()
                for c in module.plan("full", l2_bytes=backend.l2_bytes, memory_bytes=backend.memory_bytes,
                                     sm_count=backend.sm_count)]
     backend.prepare(configs)
-    assert {("read", 16), ("copy", 16), ("write", 1)} <= set(backend._modules)
-    assert "small" in backend._modules and "softmax" in backend._modules
+    compiled = set(backend._modules)  # the test looks inside; the calibrations use backend.module()
+    assert {"dram-read-16", "dram-copy-16", "dram-write-1", "small", "softmax"} <= compiled

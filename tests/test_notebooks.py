@@ -70,8 +70,8 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
     jobs = pd.DataFrame(sqlite3.connect(run_dir / "results.sqlite").execute(
         "select c.experiment, j.started_at, j.finished_at from job j join config c on c.id = j.config_id").fetchall(),
         columns=["experiment", "started", "finished"]).astype({"started": "datetime64[us]", "finished": "datetime64[us]"})
-    launch_jobs = jobs[jobs.experiment == "launch"]
-    assert len(launch_jobs) and (jobs[jobs.experiment != "launch"].started >= launch_jobs.finished.max()).all()
+    launch_jobs = jobs[jobs.experiment == "launch_latency"]
+    assert len(launch_jobs) and (jobs[jobs.experiment != "launch_latency"].started >= launch_jobs.finished.max()).all()
     others = [p.stem for p in run_dir.glob("*.ipynb") if p.stem != "launch_latency"]
     beside = min(others, key=started)  # the notebook that was in flight with the host-timed one
     assert len(others) == 10 and started(beside) < launch_jobs.started.min()

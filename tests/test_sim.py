@@ -4,7 +4,7 @@ import pytest
 
 from calib.backends.base import DeviceOutOfMemory, UnsupportedConfig
 from calib.backends.sim import SimBackend, SimSpecError, load_spec
-from calib.experiments import dram
+from calib.calibrations import memory_bandwidth as dram
 
 
 def test_defaults_are_h200_like_and_documented():
@@ -57,9 +57,9 @@ def test_times_follow_the_model_the_fit_assumes():
 
 def test_out_of_memory_and_unknown_experiments_fail_alone(fixture_path):
     b = SimBackend(fixture_path("tiny_memory_gpu.json"))
-    big = {"experiment": "dram", "kind": "copy", "width_bytes": 16, "size_bytes": 2**30}
-    ok = {"experiment": "dram", "kind": "read", "width_bytes": 16, "size_bytes": 2**24}
-    out = b.measure([big, {"experiment": "gemm"}, ok])
+    big = {"calibration": "memory_bandwidth", "kind": "copy", "width_bytes": 16, "size_bytes": 2**30}
+    ok = {"calibration": "memory_bandwidth", "kind": "read", "width_bytes": 16, "size_bytes": 2**24}
+    out = b.measure([big, {"calibration": "gemm"}, ok])
     assert isinstance(out[0], DeviceOutOfMemory) and "GiB" in str(out[0])
     assert isinstance(out[1], UnsupportedConfig)
     assert out[2].median_us > 0 and out[2].simulated
@@ -69,10 +69,9 @@ def test_out_of_memory_and_unknown_experiments_fail_alone(fixture_path):
 def test_every_planned_point_has_a_compiled_kernel_on_the_gpu(suite):
     """A plan point the CuPy backend has no kernel for fails only on a GPU, after the run has
     started; pin the plans to what the kernels are compiled for (an unroll of 2 once slipped in)."""
-    from calib.backends.cupy_backend import UNROLLS
-    from calib.experiments import occupancy, splitk
+    from calib.calibrations import matmul_splitk as splitk, memory_bandwidth as dram, occupancy
 
-    assert {c["unroll"] for c in occupancy.plan(suite)} <= set(UNROLLS)
+    assert {c["unroll"] for c in occupancy.plan(suite)} <= set(dram.UNROLLS)
     assert all(c["mn"] % 4 == 0 for c in splitk.plan(suite, memory_bytes=2**37))
 
 
@@ -80,18 +79,15 @@ def test_data_sized_grids_cover_the_buffer_and_refuse_what_a_grid_cannot_hold():
     """The DRAM tuner's grids sized to the data (blocks_per_sm None) launch one block per
     threads × unroll elements, rounded up; a grid over 2^31 - 1 blocks is refused by name rather than
     failing inside the driver. Runs without a GPU: only the launch arithmetic."""
-    from types import SimpleNamespace
+    from calib.calibrations import memory_bandwidth as dram
 
-    from calib.backends.cupy_backend import CupyBackend
-
-    gpu = SimpleNamespace(sm_count=132)
     data = {"threads": 128, "blocks_per_sm": None, "unroll": 1, "layout": "strided"}
-    assert CupyBackend._grid_blocks(gpu, data, 2**26) == 2**19
-    assert CupyBackend._grid_blocks(gpu, data, 2**26 + 1) == 2**19 + 1  # the last element gets a block
-    assert CupyBackend._grid_blocks(gpu, {**data, "blocks_per_sm": 4}, 2**26) == 528
+    assert dram.grid_blocks(132, data, 2**26) == 2**19
+    assert dram.grid_blocks(132, data, 2**26 + 1) == 2**19 + 1  # the last element gets a block
+    assert dram.grid_blocks(132, {**data, "blocks_per_sm": 4}, 2**26) == 528
     with pytest.raises(UnsupportedConfig, match="at most 2147483647"):
-        CupyBackend._grid_blocks(gpu, data, 2**40)
+        dram.grid_blocks(132, data, 2**40)
     for kind in ("read", "write", "copy"):
-        configs = list(CupyBackend.perf_configs(kind))
+        configs = list(dram.perf_configs(kind))
         assert {c["threads"] for c in configs if c["blocks_per_sm"] is None} == {128, 256, 512}
-        assert all(CupyBackend._kernel_name(kind, 16, c) for c in configs)
+        assert all(dram.kernel_name(kind, 16, c) for c in configs)

@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 
 from calib.backends.sim import SimBackend
-from calib.experiments import dram
+from calib.calibrations import memory_bandwidth as dram
 from calib.keys import canonical_json, descriptor_hash
 from calib.store import Store, StoreError, sqlite_url
 from calib.sweep import run_sweep
@@ -22,7 +22,7 @@ def _configs(backend, **kw):
 
 
 def test_descriptor_identity_is_its_contents():
-    a = {"experiment": "dram", "kind": "read", "width_bytes": 16, "size_bytes": 1 << 28}
+    a = {"calibration": "memory_bandwidth", "kind": "read", "width_bytes": 16, "size_bytes": 1 << 28}
     b = dict(reversed(list(a.items())))
     assert canonical_json(a) == canonical_json(b) and descriptor_hash(a) == descriptor_hash(b)
     assert descriptor_hash(a) != descriptor_hash({**a, "width_bytes": 8})
@@ -68,8 +68,8 @@ def test_failed_point_is_recorded_with_its_error_and_retried_next_time(store, fi
     backend = SimBackend(fixture_path("tiny_memory_gpu.json"))
     device, software = backend.fingerprint()
     sid = store.open_session("oom", device, software)
-    configs = [{"experiment": "dram", "kind": "copy", "width_bytes": 16, "size_bytes": 1 << 30},
-               {"experiment": "dram", "kind": "read", "width_bytes": 16, "size_bytes": 1 << 24}]
+    configs = [{"calibration": "memory_bandwidth", "kind": "copy", "width_bytes": 16, "size_bytes": 1 << 30},
+               {"calibration": "memory_bandwidth", "kind": "read", "width_bytes": 16, "size_bytes": 1 << 24}]
     report = run_sweep(backend, configs, store, sid, progress=False)
     assert report.measured == 1 and len(report.failed) == 1
     jobs = store.jobs_frame(sid).set_index("size_bytes")

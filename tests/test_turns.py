@@ -80,13 +80,13 @@ def test_each_notebook_is_told_which_file_to_wait_for(tmp_path):
 
 @pytest.fixture
 def cal(tmp_path):
-    c = Calibration(backend="sim", output_dir=tmp_path / "out")
+    c = Calibration("launch_latency", backend="sim", output_dir=tmp_path / "out")
     yield c
     c.backend.close()
 
 
 def test_a_sweep_says_it_is_ready_then_waits_for_its_turn_once(cal, tmp_path, monkeypatch):
-    from calib.experiments import launch
+    from calib.calibrations import launch_latency as launch
 
     ready, turn = tmp_path / "launch.ready", tmp_path / "go"
     monkeypatch.setenv(TURN_READY_ENV, str(ready))

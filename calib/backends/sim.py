@@ -29,8 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..experiments import (cache, compute, dram, launch, matmul, normalization, occupancy, reduction, registers,
-                           shared, splitk)
+from .. import calibrations
 from ..errors import CalibError
 from ..fingerprint import software_fingerprint
 from ..timing import Measurement, StoppingRule
@@ -38,10 +37,6 @@ from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
 
 DEFAULT_DEVICE = {"sm_count": 132, "l2_bytes": 60 * 2**20, "memory_bytes": 143771 * 2**20}
 DEFAULT_NOISE = {"rel_sd": 0.01, "outlier_rate": 0.01, "outlier_scale": 1.0, "seed": 0}
-# One entry per experiment module: its true-time model and its H200-like defaults.
-MODELS = {m.EXPERIMENT: m for m in (dram, cache, shared, occupancy, launch, splitk, compute, matmul, reduction,
-                                    normalization)}
-
 
 class SimSpecError(CalibError, ValueError):
     pass
@@ -73,7 +68,7 @@ def load_spec(spec: str | Path | dict | None) -> dict:
         if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
             raise SimSpecError(f"spec parameter {name!r} must be a positive number, got {value!r}")
     truth = {}
-    for module in (*MODELS.values(), registers):
+    for module in calibrations.all_calibrations():  # each calibration's model and H200-like defaults
         truth.update(module.default_truth(params))
     noise = {**DEFAULT_NOISE, **(raw.get("noise") or {})}
     if not 0 <= noise["outlier_rate"] < 0.5:
@@ -129,11 +124,11 @@ class SimBackend(Backend):
 
     def true_time_us(self, configs: list[dict]) -> np.ndarray:
         out = np.empty(len(configs))
-        by_experiment: dict[str, list[int]] = {}
+        by_calibration: dict[str, list[int]] = {}
         for i, c in enumerate(configs):
-            by_experiment.setdefault(c.get("experiment"), []).append(i)
-        for experiment, idx in by_experiment.items():
-            module = MODELS[experiment]
+            by_calibration.setdefault(c.get("calibration"), []).append(i)
+        for calibration_id, idx in by_calibration.items():
+            module = calibrations.get(calibration_id)
             keys = {k for i in idx for k in configs[i]}
             frame = {k: [configs[i].get(k) for i in idx] for k in keys}
             out[idx] = module.true_time_us(frame, self.truth)
@@ -141,15 +136,16 @@ class SimBackend(Backend):
 
     def compile_report(self, buffered: list[int]) -> list[dict]:
         """Registers and spills of the persistent kernel at each N, as a compiler would report."""
-        return registers.simulate(buffered, self.truth, self.rng)
+        return calibrations.get("registers").simulate(buffered, self.truth, self.rng)
 
     def measure(self, configs: list[dict]) -> list[Measurement | Exception]:
         results: list[Measurement | Exception] = [None] * len(configs)  # type: ignore[list-item]
         ok = []
         for i, c in enumerate(configs):
-            module = MODELS.get(c.get("experiment"))
-            if module is None:
-                results[i] = UnsupportedConfig(f"the simulated device has no model for {c.get('experiment')!r}")
+            calibration_id = c.get("calibration")
+            module = calibrations.get(calibration_id) if calibration_id in calibrations.IDS else None
+            if module is None or module.KIND != "timed":
+                results[i] = UnsupportedConfig(f"the simulated device has no model for calibration {calibration_id!r}")
             elif module.footprint_bytes(c) > self.memory_bytes:
                 results[i] = DeviceOutOfMemory(
                     f"needs {module.footprint_bytes(c) / 2**30:.1f} GiB of device memory; the simulated device "

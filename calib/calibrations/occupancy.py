@@ -22,27 +22,39 @@ from __future__ import annotations
 import itertools
 import math
 
-import numpy as np
+from .._lazy import lazy
+from ..backends.base import UnsupportedConfig
+from ..fit import FitResult, make_record, weighted_r2
+from . import memory_bandwidth as dram
+from ._base import Param
 
-from ..fit import weighted_r2
-from .dram import param_name as dram_param
+np = lazy("numpy")
 
-EXPERIMENT = "occupancy"
+ID = __name__.rsplit(".", 1)[-1]
+TITLE = "Bytes in flight per SM for DRAM bandwidth"
+INTRO = """Runs the DRAM read kernel at every combination of resident blocks per SM, unroll and access width,
+so that each SM keeps from about 1 KiB to 256 KiB in flight, and fits Little's law, achieved
+bandwidth = bytes in flight × SMs / latency up to the DRAM ceiling. `memory.bytes_in_flight_per_sm`
+is what an SM must keep in flight for 90% of that ceiling."""
+READING = """A kernel keeps `resident warps × 32 × bytes per load × independent loads` in flight per SM; below
+`memory.bytes_in_flight_per_sm` it cannot reach 90% of DRAM bandwidth however it is scheduled.
+The fitted latency (diagnostics) is the loaded DRAM latency that Little's law implies."""
 IN_FLIGHT = "memory.bytes_in_flight_per_sm"
+PARAMETERS = (Param(IN_FLIGHT, "bytes", "bytes in flight per SM for 90% of DRAM read bandwidth"),)
 SIM_DEFAULTS = {"sim.occupancy.fixed_us": 4.0}
 THREADS = 256
-# unroll: the factors the DRAM read kernel is compiled for (calib.backends.cupy_backend.UNROLLS)
-GRID = {"quick": dict(blocks=(1, 2, 4, 8), unroll=(1, 4, 8), width=(16,)),
+# unroll: the factors the DRAM read kernel is compiled for (memory_bandwidth.UNROLLS)
+SUITES = {"quick": dict(blocks=(1, 2, 4, 8), unroll=(1, 4, 8), width=(16,)),
         "full": dict(blocks=(1, 2, 3, 4, 5, 6, 8), unroll=(1, 4, 8), width=(16,))}
 # Two buffer sizes separate the per-launch cost from the per-byte one; the CuPy backend reads both
-# from one allocation of the larger (see calib.backends.cupy_runners.occupancy for why).
+# from one allocation of the larger (see measure, below, for why).
 SIZES = (1000 * 2**20, 2000 * 2**20)
 
 
 def plan(suite: str, *, sm_count: int = 132, **_) -> list[dict]:
-    g = GRID[suite]
+    g = SUITES[suite]
     combos = itertools.product(g["blocks"], g["unroll"], g["width"])
-    return [{"experiment": EXPERIMENT, "blocks_per_sm": b, "unroll": u, "width_bytes": w, "threads": THREADS,
+    return [{"calibration": ID, "blocks_per_sm": b, "unroll": u, "width_bytes": w, "threads": THREADS,
              "sm_count": sm_count, "size_bytes": SIZES[i % 2]} for i, (b, u, w) in enumerate(combos)]
 
 
@@ -66,7 +78,7 @@ def _cost_per_byte(x, sms, c_max, latency_us):
 
 
 def true_time_us(frame, truth: dict) -> np.ndarray:
-    c_max = 1 / (truth[dram_param("read")] * 1e3)  # us per byte
+    c_max = 1 / (truth[dram.param_name("read")] * 1e3)  # us per byte
     sms = np.asarray(frame["sm_count"], dtype=float)
     latency_us = truth[IN_FLIGHT] * sms / 0.9 * c_max  # from x90 = 0.9 · latency / (c_max · SMs)
     return truth["sim.occupancy.fixed_us"] + np.asarray(frame["size_bytes"], dtype=float) * _cost_per_byte(
@@ -78,13 +90,15 @@ def _model(xs, t0, c_max, latency_us):
     return t0 + b * _cost_per_byte(x, sms, c_max, latency_us)
 
 
-def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
+def fit(frame, *, robust: bool = False, source: str | None = None):
     from scipy import stats
     from scipy.optimize import curve_fit
 
-    g = frame[frame["experiment"] == EXPERIMENT]
+    result = FitResult(ID)
+    g = frame[frame["calibration"] == ID]
     if len(g) < 6:
-        return {}, {}
+        result.failures[IN_FLIGHT] = f"{len(g)} points measured; the Little's-law hinge needs at least 6"
+        return result
     x, sms = in_flight(g), g["sm_count"].to_numpy(dtype=float)
     b, t = g["size_bytes"].to_numpy(dtype=float), g["time_us"].to_numpy(dtype=float)
     weights = g["n_samples"].to_numpy(dtype=float) / t**2
@@ -96,7 +110,8 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
         params, cov = curve_fit(_model, (x, sms, b), t, p0=[1.0, c_max0, lat0], sigma=1 / np.sqrt(weights),
                                 absolute_sigma=False, maxfev=20000)
     except (RuntimeError, ValueError) as exc:
-        return {}, {"error": str(exc)}
+        result.failures[IN_FLIGHT] = f"the Little's-law hinge did not converge: {exc}"
+        return result
     t0, c_max, lat = params
     s = float(np.median(sms))
     x90 = 0.9 * lat / (c_max * s)
@@ -115,35 +130,56 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
     if worst > 0.05:
         flags.append(f"the hinge misses by up to {worst:.0%}: the approach to the ceiling is gradual, so more "
                      "bytes in flight than this are needed for 90%")
-    rec = {"value": float(x90), "ci95": [float(x90 * math.exp(-q * se_log)), float(x90 * math.exp(q * se_log))],
-           "unit": "bytes",
-           "n": int(len(t)), "method": "weighted NLS hinge (Little's law), delta-method CI on log x90",
-           "r2": float(r2), "flags": flags,
-           "diagnostics": {"latency_us": float(lat), "dram_ceiling_gbps": float(1e-3 / c_max), "t0_us": float(t0),
-                           "points_below_knee": below, "max_rel_miss": float(worst)}}
-    if source:
-        rec["source"] = source
-    return {IN_FLIGHT: rec}, {EXPERIMENT: {"x": x, "t": t, "b": b, "fitted": fitted, "params": params}}
+    result.records[IN_FLIGHT] = make_record(
+        x90, (x90 * math.exp(-q * se_log), x90 * math.exp(q * se_log)), "bytes", n=len(t),
+        method="weighted NLS hinge (Little's law), delta-method CI on log x90", r2=r2, flags=flags,
+        diagnostics={"latency_us": float(lat), "dram_ceiling_gbps": float(1e-3 / c_max), "t0_us": float(t0),
+                     "points_below_knee": below, "max_rel_miss": float(worst)}, source=source)
+    result.models["hinge"] = {"x": x, "t": t, "b": b, "fitted": fitted, "params": params}
+    return result
 
 
-def plot(fits: dict, *, title: str, simulated: bool):
+def figures(frame, result, *, title) -> dict:
+    return {ID: plot(result.models, title=title)}
+
+
+def plot(fits: dict, *, title):
     """Achieved bandwidth against bytes in flight with the fitted hinge; beside it how far the hinge
     misses each point (the gradual approach to the ceiling shows here)."""
     import matplotlib.pyplot as plt
 
     fig, (ax, ar) = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
-    f = fits.get(EXPERIMENT)
+    f = fits.get("hinge")
     if f is None:
         return fig
     order = np.argsort(f["x"])
     ax.plot(f["x"] / 1024, f["b"] / f["t"] * 1e-3, "o", ms=4, label="measured")
     ax.plot(f["x"][order] / 1024, (f["b"] / f["fitted"] * 1e-3)[order], "-", lw=1, label="Little's-law hinge")
-    ax.set(xscale="log", xlabel="bytes in flight per SM (KiB)", ylabel="achieved GB/s", title=title)
+    ax.set(xscale="log", xlabel="bytes in flight per SM (KiB)", ylabel="achieved GB/s",
+           title=title("achieved bandwidth against bytes in flight"))
     ax.legend(fontsize=8)
     ar.plot(f["x"] / 1024, (f["t"] - f["fitted"]) / f["fitted"] * 100, "o", ms=4)
     ar.axhline(0, color="k", lw=0.8)
     ar.set(xscale="log", xlabel="bytes in flight per SM (KiB)", ylabel="time residual (% of fitted)",
            title="residuals of the hinge")
-    if simulated:
-        fig.suptitle("SIMULATED DEVICE: not a measurement of real hardware", color="crimson")
     return fig
+
+
+def prepare(b, configs):
+    dram.prepare(b, [{"kind": "read", "width_bytes": c["width_bytes"]} for c in configs])
+
+
+def measure(b, config: dict):
+    """The DRAM read kernel at a given residency and unroll: bytes in flight per SM are the knob."""
+    size, width = int(config["size_bytes"]), int(config["width_bytes"])
+    if int(config["sm_count"]) != b.sm_count:
+        raise UnsupportedConfig(f"planned for {config['sm_count']} SMs; this GPU has {b.sm_count}")
+    if int(config["unroll"]) not in dram.UNROLLS:
+        raise UnsupportedConfig(f"the DRAM read kernel is compiled for unroll {dram.UNROLLS}, not {config['unroll']}")
+    # Both sizes read the start of one allocation of the larger: the sweep alternates sizes, and
+    # allocating afresh at each point put the smaller size's points 13% below the larger's in every
+    # suite run on an H200 (2026-11-29), while the DRAM sweep near the same size did not show it.
+    src, dst = dram.buffers(b, max(size, *SIZES))
+    perf = {"threads": int(config["threads"]), "blocks_per_sm": int(config["blocks_per_sm"]),
+            "unroll": int(config["unroll"]), "layout": "strided"}
+    return b.time_launches(dram.launcher(b, "read", width, perf, size, src, dst), perf_config=perf)

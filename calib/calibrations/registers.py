@@ -11,11 +11,28 @@ and its record says so).
 
 from __future__ import annotations
 
-import numpy as np
+from .._lazy import lazy
+from ..fit import FitResult, make_record
+from ._base import Param
 
-EXPERIMENT = "registers"
+np = lazy("numpy")
+
+ID = __name__.rsplit(".", 1)[-1]
+KIND = "compiled"
+TITLE = "Registers of a persistent normalization kernel"
+INTRO = """Compiles a persistent softmax that keeps N fp32 elements per thread in registers, for N over a
+grid, and reads the compiler's register count and spill bytes from the kernel attributes.
+`regs = additional + slope · N` over the unspilled points gives `normalization.additional_registers`
+(the constant heuristics hard-code as "register overhead"); the largest N compiled without spills is
+`normalization.max_persistent_elements_per_thread`. No timing: the numbers are the compiler's."""
+READING = """A heuristic that sizes a persistent buffer checks `additional + N ≤ register budget per thread`
+(65536 / threads per block, at most 255); past `max_persistent_elements_per_thread` the compiler
+spills to local memory and the persistent schedule loses its point."""
 ADDITIONAL = "normalization.additional_registers"
 MAX_PERSISTENT = "normalization.max_persistent_elements_per_thread"
+PARAMETERS = (Param(ADDITIONAL, "count", "registers per thread beyond a persistent buffer (the 'register overhead')"),
+              Param(MAX_PERSISTENT, "count", "largest persistent buffer per thread compiled without spills "
+                                             "(a bracket, not a CI)"))
 REGISTER_CAP = 255
 SIM_DEFAULTS = {"sim.registers.per_element": 1.0, "sim.registers.jitter": 1.5}
 # Compiling is the cost (NVRTC took 16 s for 22 kernels on the H200 machine): the quick grid
@@ -26,8 +43,16 @@ SUITES = {"quick": [2, 8, 16, 24, 32, 40, 48, 56, 64, 128, 192, 224, 240, 256], 
 LINE_MAX_N = {"quick": 64, "full": None}
 
 
-def plan(suite: str, **_) -> list[int]:
-    return list(SUITES[suite])
+def plan(suite: str, **_) -> list[dict]:
+    return [{"calibration": ID, "buffered": n, "line_max_n": LINE_MAX_N[suite]} for n in SUITES[suite]]
+
+
+def collect(backend, configs: list[dict]):
+    """The compiler's report for each planned N, beside the plan's columns: the fit's input."""
+    import pandas as pd
+
+    reports = backend.compile_report([int(c["buffered"]) for c in configs])
+    return pd.DataFrame([{**c, **r} for c, r in zip(configs, reports)])
 
 
 def default_truth(base: dict | None = None) -> dict:
@@ -73,18 +98,27 @@ def linear_regime(rows: list[dict], *, start: int = 4) -> list[dict]:
     return kept
 
 
-def fit(reports: list[dict], *, line_max_n: int | None = None, source: str | None = None) -> tuple[dict, object]:
+def fit(frame, *, robust: bool = False, source: str | None = None):
     """Records for both parameters, and the statsmodels result of the register line, sought among
-    the points with N up to ``line_max_n`` (all when None)."""
+    the points with N up to the plan's ``line_max_n`` (all where it is missing). ``robust`` does
+    not apply: the counts are the compiler's, not noisy timings."""
+    import pandas as pd
     import statsmodels.api as sm
     from scipy import stats
 
+    result = FitResult(ID)
+    reports = frame.to_dict("records") if hasattr(frame, "to_dict") else list(frame)
+    limits = {r.get("line_max_n") for r in reports} - {None}
+    line_max_n = None if not limits or any(pd.isna(v) for v in limits) else int(min(limits))
     rows = sorted(reports, key=lambda r: r["buffered"])
     clean = linear_regime([r for r in rows if r["spill_bytes"] == 0 and r["registers"] < REGISTER_CAP
                            and (line_max_n is None or r["buffered"] <= line_max_n)])
-    records = {}
+    records = result.records
     res = None
-    if len(clean) >= 3:
+    if len(clean) < 3:
+        result.failures[ADDITIONAL] = (f"{len(clean)} unspilled points on the register line "
+                                       f"(N ≤ {line_max_n}); it needs at least 3")
+    else:
         n = np.array([r["buffered"] for r in clean], dtype=float)
         regs = np.array([r["registers"] for r in clean], dtype=float)
         res = sm.OLS(regs, sm.add_constant(n)).fit()
@@ -101,28 +135,47 @@ def fit(reports: list[dict], *, line_max_n: int | None = None, source: str | Non
         if abs(res.params[1] - 1) > 0.25:
             flags.append(f"registers grow {res.params[1]:.2f} per element, not one: the buffer is not simply "
                          "held in registers")
-        records[ADDITIONAL] = {"value": float(res.params[0]), "ci95": [float(lo), float(hi)], "unit": "count",
-                               "n": len(clean), "method": "OLS registers ~ buffered elements, compiler attributes",
-                               "r2": float(res.rsquared), "flags": flags,
-                               "diagnostics": {"registers_per_element": float(res.params[1]),
-                                               "residual_sd": float(np.sqrt(res.scale)),
-                                               "linear_regime_max_n": int(n.max())}}
+        records[ADDITIONAL] = make_record(
+            res.params[0], (lo, hi), "count", n=len(clean), method="OLS registers ~ buffered elements, compiler "
+            "attributes", r2=res.rsquared, flags=flags, source=source,
+            diagnostics={"registers_per_element": float(res.params[1]), "residual_sd": float(np.sqrt(res.scale)),
+                         "linear_regime_max_n": int(n.max())})
+        result.models[ADDITIONAL] = res
     unspilled = [r["buffered"] for r in rows if r["spill_bytes"] == 0]
     if unspilled:
         first_spill = next((r["buffered"] for r in rows if r["spill_bytes"] > 0), None)
         flags = [] if first_spill is not None else [f"no spill up to {rows[-1]['buffered']}: a lower bound"]
         best = max(unspilled)
         upper = first_spill - 1 if first_spill is not None else best
-        records[MAX_PERSISTENT] = {"value": float(best), "ci95": [float(best), float(upper)],
-                                   "unit": "count", "n": len(rows),
-                                   "method": "largest N compiled without spills (compiler attributes); not a "
-                                             "confidence interval but the bracket the grid leaves: up to the first "
-                                             "N that spilled, exclusive",
-                                   "flags": flags, "diagnostics": {"first_spilling_n": first_spill}}
-    if source:
-        for rec in records.values():
-            rec["source"] = source
-    return records, res
+        records[MAX_PERSISTENT] = make_record(
+            best, (best, upper), "count", n=len(rows), flags=flags, source=source,
+            method="largest N compiled without spills (compiler attributes); not a confidence interval but the "
+                   "bracket the grid leaves: up to the first N that spilled, exclusive",
+            diagnostics={"first_spilling_n": first_spill})
+    else:
+        result.failures[MAX_PERSISTENT] = "every compiled N spilled: no persistent buffer fits"
+    return result
+
+
+def figures(table, result, *, title) -> dict:
+    return {ID: plot(table, result.records, title=title("registers against buffered elements"),
+                     line=result.models.get(ADDITIONAL))}
+
+
+def compile_report(b, buffered: list[int]) -> list[dict]:
+    """Registers and spill bytes of the persistent softmax for each N, from the compiled kernels
+    (CuPy backend)."""
+    cp = b.cp
+    names = [f"persistent_softmax<{n}>" for n in buffered]
+    module = b.module(f"registers-{','.join(map(str, buffered))}", "persistent.cu", names)
+    out = []
+    for n, name in zip(buffered, names):
+        fn = module.get_function(name)
+        attrs = getattr(fn, "attributes", None) or {
+            "num_regs": cp.cuda.driver.funcGetAttribute(4, fn.ptr),          # CU_FUNC_ATTRIBUTE_NUM_REGS
+            "local_size_bytes": cp.cuda.driver.funcGetAttribute(3, fn.ptr)}  # ..._LOCAL_SIZE_BYTES
+        out.append({"buffered": n, "registers": int(attrs["num_regs"]), "spill_bytes": int(attrs["local_size_bytes"])})
+    return out
 
 
 def plot(table, records: dict, *, title: str, line=None):

@@ -23,16 +23,35 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
+from .._lazy import lazy
+from ..backends.base import UnsupportedConfig
+from ..fit import FitResult, fit_timed, make_record, weighted_r2
+from ._base import Param, small_kernels
 
-from ..fit import fit_timed, weighted_r2
+np = lazy("numpy")
 
-EXPERIMENT = "l2"
+ID = __name__.rsplit(".", 1)[-1]
+TITLE = "The L2: capacity and read bandwidth"
+INTRO = """Reads one working set W over and over through L2 (not L1), for W on a log grid from L2/8 to 4×L2,
+dense around the reported size, and fits a hinge to the times: the L2 cost per byte below the
+ramp's start, the DRAM cost above its end, linear in log W between: `memory.l2.capacity_bytes`
+(where the ramp starts: the largest working set fully served by L2) and
+`memory.l2.capacity_bytes.ramp_end`, with Wald CIs from the fit. A second series at one working set
+well inside L2 varies the bytes per launch; its line `t = t0 + bytes / bandwidth` gives
+`memory.l2.read_bandwidth_gbps`."""
+READING = """A heuristic that tiles for L2 keeps its reused working set under `memory.l2.capacity_bytes`, not
+under the L2 size the device reports: past the ramp's start some of the data comes from DRAM
+again. The DRAM plateau the fit finds is in the diagnostics (`dram_plateau_gbps`), a cross-check
+on `memory.dram.read_bandwidth_gbps`."""
+THREADS = 256
 CAPACITY = "memory.l2.capacity_bytes"
 RAMP_END = "memory.l2.capacity_bytes.ramp_end"
 READ_BW = "memory.l2.read_bandwidth_gbps"
 DRAM_READ = "memory.dram.read_bandwidth_gbps"
-SIM_DEFAULTS = {"sim.l2.fixed_us": 5.0}
+PARAMETERS = (Param("memory.l2.read_bandwidth_gbps", "GB/s", "L2-resident read, whole device"),
+              Param("memory.l2.capacity_bytes", "bytes", "largest working set fully served by L2 (the ramp's start)"),
+              Param("memory.l2.capacity_bytes.ramp_end", "bytes", "working set past which DRAM serves the reads"))
+SIM_DEFAULTS = {"sim.cache_hierarchy.fixed_us": 5.0}
 # Bytes read per launch: long enough that the fixed cost is small, short enough for many points.
 BYTES_PER_LAUNCH = 2 * 2**30
 SUITES = {"quick": 20, "full": 36}
@@ -50,11 +69,11 @@ def plan(suite: str, *, l2_bytes: int, **_) -> list[dict]:
     sizes = sorted({int(round(2**x / 4096)) * 4096 for x in grid})
     # Alternate the bytes per launch (2 GiB, 1 GiB): with a constant amount the fixed cost and the
     # cost per byte could not be told apart on either plateau.
-    sweep = [{"experiment": EXPERIMENT, "series": "working_set", "working_set_bytes": w,
+    sweep = [{"calibration": ID, "series": "working_set", "working_set_bytes": w,
               "passes": max(1, int(round(BYTES_PER_LAUNCH * (1.0 if i % 2 == 0 else 0.5) / w)))}
              for i, w in enumerate(sizes)]
     w_bw = bandwidth_working_set(l2_bytes)
-    line = [{"experiment": EXPERIMENT, "series": "bandwidth", "working_set_bytes": w_bw,
+    line = [{"calibration": ID, "series": "bandwidth", "working_set_bytes": w_bw,
              "passes": max(1, int(round(gib * 2**30 / w_bw)))} for gib in BANDWIDTH_GIB[suite]]
     return sweep + line
 
@@ -88,7 +107,7 @@ def default_truth(base: dict | None = None) -> dict:
 def true_time_us(frame, truth: dict) -> np.ndarray:
     c = cost_per_byte_us(np.log2(np.asarray(frame["working_set_bytes"], dtype=float)), 1 / (truth[READ_BW] * 1e3),
                          1 / (truth[DRAM_READ] * 1e3), math.log2(truth[CAPACITY]), math.log2(truth[RAMP_END]))
-    return truth["sim.l2.fixed_us"] + bytes_read(frame) * c
+    return truth["sim.cache_hierarchy.fixed_us"] + bytes_read(frame) * c
 
 
 class HingeFit:
@@ -116,12 +135,15 @@ def _model(xb, t0, c_l2, c_dram, x1, x2):
     return t0 + b * cost_per_byte_us(x, c_l2, c_dram, x1, x2)
 
 
-def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict, dict]:
+def fit(frame, *, robust: bool = False, source: str | None = None):
     from scipy.optimize import curve_fit
 
-    g = frame[frame["experiment"] == EXPERIMENT].sort_values("working_set_bytes")
+    result = FitResult(ID)
+    g = frame[frame["calibration"] == ID].sort_values("working_set_bytes")
     if len(g) < 8:
-        return {}, {}
+        result.failures.update({CAPACITY: f"{len(g)} working sets measured; the hinge needs at least 8",
+                                RAMP_END: f"{len(g)} working sets measured; the hinge needs at least 8"})
+        return _bandwidth_line(g, result, robust=robust, source=source)
     w = g["working_set_bytes"].to_numpy(dtype=float)
     b = bytes_read(g)
     t = g["time_us"].to_numpy(dtype=float)
@@ -137,17 +159,29 @@ def fit(frame, *, robust: bool = False, source: str | None = None) -> tuple[dict
         params, cov = curve_fit(_model, (x, b), t, p0=p0, sigma=1 / np.sqrt(weights), absolute_sigma=False,
                                 maxfev=20000)
     except (RuntimeError, ValueError) as exc:
-        return {}, {"error": str(exc)}
+        result.failures.update({CAPACITY: f"the hinge fit did not converge: {exc}",
+                                RAMP_END: f"the hinge fit did not converge: {exc}"})
+        return _bandwidth_line(g, result, robust=robust, source=source)
     hinge = HingeFit(w, b, t, params, cov, len(t) - len(params), weights)
-    records = _records(hinge, source, robust)
-    fits = {EXPERIMENT: hinge}
+    result.models["hinge"] = hinge
+    for name, rec in _records(hinge, source, robust).items():
+        result.records[name] = rec
+    return _bandwidth_line(g, result, robust=robust, source=source)
+
+
+def _bandwidth_line(g, result, *, robust, source):
+    """The L2 read bandwidth from its own line; where that series is missing the hinge's plateau
+    (wider, and flagged as such by its CI) stands."""
     line = g[g["series"] == "bandwidth"] if "series" in g else g.iloc[:0]
     if len(line) >= 3:
-        fits[READ_BW] = f = fit_timed(line, bytes_read(line), robust=robust)
+        result.models[READ_BW] = f = fit_timed(line, bytes_read(line), robust=robust)
         w_bw = int(line["working_set_bytes"].iloc[0])
-        records[READ_BW] = f.rate_record(1e9, "GB/s", source=source)
-        records[READ_BW]["method"] += f"; working set {w_bw / 2**20:.1f} MiB, bytes per launch varied"
-    return records, fits
+        rec = f.rate_record(1e9, "GB/s", source=source)
+        rec["method"] += f"; working set {w_bw / 2**20:.1f} MiB, bytes per launch varied"
+        result.records[READ_BW] = rec
+    elif READ_BW not in result.records:
+        result.failures[READ_BW] = f"{len(line)} points of the bandwidth series; a line needs at least 3"
+    return result
 
 
 def _records(h: HingeFit, source, robust) -> dict:
@@ -161,17 +195,12 @@ def _records(h: HingeFit, source, robust) -> dict:
     if inside < 2:
         flags.append(f"only {inside} working sets inside the ramp: its ends are poorly located")
     diag = {"r2": r2, "points_in_ramp": inside, "dram_plateau_gbps": 1e-3 / h.params[2], "t0_us": h.params[0]}
-    common = {"n": int(h.w.size), "method": method, "r2": r2, "diagnostics": diag}
-    if source:
-        common["source"] = source
 
-    def rec(value, ci, unit, extra=()):
-        out = {"value": float(value), "ci95": [float(ci[0]), float(ci[1])], "unit": unit, "flags": flags + list(extra),
-               **common}
+    def rec(value, ci, unit):
         rel = (ci[1] - ci[0]) / 2 / abs(value)
-        if rel > 0.05:
-            out["flags"] = out["flags"] + [f"wide CI: ±{rel:.1%}"]
-        return out
+        wide = [f"wide CI: ±{rel:.1%}"] if rel > 0.05 else []  # false for a CI that is not finite
+        return make_record(value, ci, unit, n=int(h.w.size), method=method, r2=r2, flags=flags + wide,
+                           diagnostics=diag, source=source)
 
     lo, hi = h.ci(1)
     bw = 1e-3 / h.params[1]
@@ -179,14 +208,23 @@ def _records(h: HingeFit, source, robust) -> dict:
     for name, i in ((CAPACITY, 3), (RAMP_END, 4)):
         lo, hi = h.ci(i)
         records[name] = rec(2 ** h.params[i], (2**lo, 2**hi), "bytes")
-    return {k: v for k, v in records.items() if all(np.isfinite(v["ci95"]))}
+    return records  # a CI that is not finite is flagged by make_record, not dropped
 
 
-def plot(frame, fits: dict, *, title: str, simulated: bool):
+def figures(frame, result, *, title) -> dict:
+    figs = {ID: plot(frame, result.models, title=title)}
+    line = result.models.get(READ_BW)
+    if line is not None:
+        figs["residuals-memory_l2_read_bandwidth_gbps"] = line.plot_residuals(
+            title=title(READ_BW), x_label="GiB read", x_scale=2**30)
+    return figs
+
+
+def plot(frame, fits: dict, *, title):
     """Achieved bandwidth against working set, the fitted hinge and the ramp's ends."""
     import matplotlib.pyplot as plt
 
-    h = fits.get(EXPERIMENT)
+    h = fits.get("hinge")
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
     if h is None:
         return fig
@@ -195,11 +233,36 @@ def plot(frame, fits: dict, *, title: str, simulated: bool):
     a0.plot(mib, h.bytes / h.fitted_us * 1e-3, "-", lw=1, label="hinge fit")
     for i, style in ((3, "--"), (4, ":")):
         a0.axvline(2 ** h.params[i] / 2**20, color="k", ls=style, lw=0.8)
-    a0.set(xscale="log", xlabel="working set (MiB)", ylabel="achieved GB/s", title=title)
+    a0.set(xscale="log", xlabel="working set (MiB)", ylabel="achieved GB/s",
+           title=title("achieved bandwidth against working set"))
     a0.legend(fontsize=8)
     a1.plot(mib, h.resid / np.sqrt(np.mean(h.resid**2)), "o", ms=4)
     a1.axhline(0, color="k", lw=0.8)
     a1.set(xscale="log", xlabel="working set (MiB)", ylabel="standardized residual", title="residuals")
-    if simulated:
-        fig.suptitle("SIMULATED DEVICE: not a measurement of real hardware", color="crimson")
     return fig
+
+
+def prepare(b, configs):
+    small_kernels(b)
+
+
+def measure(b, config: dict):
+    """Repeated reads of one working set; no rotation on purpose: the repeats are what L2 serves."""
+    cp = b.cp
+    w, passes = int(config["working_set_bytes"]), int(config["passes"])
+    words, total = w // 16, (w // 16) * passes
+    if w % 16 or total >= 2**32:
+        raise UnsupportedConfig(f"l2_read takes whole 16-byte words and fewer than 2**32 of them per launch "
+                                f"(working set {w} B x {passes} passes)")
+
+    def make():
+        b.check_free(w)
+        return {"src": cp.random.random(w // 4, dtype=cp.float32)}
+
+    src = b.buffers(("l2", w), make)["src"]
+    kernel = small_kernels(b).get_function("l2_read")
+    grid, block = (b.sm_count * 8,), (THREADS,)
+    args = (src, np.uint32(words), np.uint32(total), b.sink())
+    return b.time_launches(lambda i: kernel(grid, block, args, stream=b.stream),
+                           perf_config={"threads": THREADS, "blocks_per_sm": 8, "load": "ld.global.cg, 16 B",
+                                        "loop": "flat over passes x words"})

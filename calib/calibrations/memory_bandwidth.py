@@ -1,0 +1,373 @@
+"""DRAM bandwidth: read, write and copy kernels over sizes well beyond L2, by access width.
+
+Model: ``t_us = fixed_cost_us + bytes_moved / bandwidth``, one fit per (kind, access width).
+Bytes moved count what the kernel must move through DRAM: the buffer once for read and write,
+twice (read + written) for copy, as ``cudaMemcpy`` bandwidth is usually quoted by benchmarks that
+count both directions.
+
+The unqualified ``memory.dram.<kind>_bandwidth_gbps`` is the 16-byte-access fit: the widest load a
+thread can issue and what a tuned kernel uses; ``.alignN`` give the cost of narrower accesses.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .._lazy import lazy
+from ..backends.base import UnsupportedConfig
+from ..fit import fit_rates
+from ._base import Param
+
+np = lazy("numpy")
+
+ID = __name__.rsplit(".", 1)[-1]
+TITLE = "DRAM bandwidth"
+INTRO = """Sweeps read, write and copy kernels over buffer sizes well beyond the L2 cache, at access widths of
+1, 2, 4, 8 and 16 bytes per thread, and fits `t = fixed_cost + bytes / bandwidth` to each
+(kind, width). Writes `memory.dram.{read,write,copy}_bandwidth_gbps` (16-byte accesses), their
+`.alignN` variants and `memory.dram.fixed_cost_us`, each with a 95% confidence interval from the fit.
+Each kernel variant's launch shape is chosen by a short search before its first point."""
+READING = """A heuristic that streams memory divides the bytes it moves by the bandwidth of its access width;
+narrower accesses than 16 bytes cost what their `.alignN` ratio says."""
+OPTIONS = {"sizes_mib": (None, "explicit buffer sizes in MiB, overriding the suite's grid"),
+           "kinds": (["read", "write", "copy"], "which kernels"),
+           "widths": ([1, 2, 4, 8, 16], "bytes per thread access")}
+KINDS = ("read", "write", "copy")
+WIDTHS = (1, 2, 4, 8, 16)
+REFERENCE_WIDTH = 16
+FIXED_COST = "memory.dram.fixed_cost_us"
+BYTES_PER_GB = 1e9
+
+# Sizes relative to the L2: large enough that the cache holds a negligible share of the data.
+# The quick grid spans as far as the full one: ending at 32× L2, write's CI was ±0.58% (2026-11-29).
+# The 16-byte access width, whose fits are the unqualified parameters, gets a denser grid in the
+# quick suite too: with 8 sizes, write's CI was ±0.76% (2026-11-29). 15 points hold the 8 as every
+# other one, so the narrower widths are measured at sizes the 16-byte line also has.
+SUITES = {"quick": dict(points=8, reference_points=15, lo_l2=4, hi_l2=64),
+          "full": dict(points=16, reference_points=16, lo_l2=4, hi_l2=64)}
+MAX_MEMORY_FRACTION = 0.5
+
+
+def param_name(kind: str, width: int | None = None) -> str:
+    base = f"memory.dram.{kind}_bandwidth_gbps"
+    return base if width is None else f"{base}.align{width}"
+
+
+_MEANING = {"read": "sustained DRAM read", "write": "sustained DRAM write",
+            "copy": "DRAM copy, bytes read + written over time"}
+PARAMETERS = (
+    *(Param(param_name(k), "GB/s", f"{_MEANING[k]}, 16-byte accesses") for k in KINDS),
+    *(Param(param_name(k, w), "GB/s", f"{_MEANING[k]}, {w}-byte accesses") for k in KINDS for w in WIDTHS),
+    Param(FIXED_COST, "us", "fixed cost of a DRAM read kernel: the intercept of the 16-byte read line"),
+)
+
+
+def bytes_moved(kind, size_bytes):
+    return np.where(np.asarray(kind) == "copy", 2, 1) * np.asarray(size_bytes, dtype=float)
+
+
+def footprint_bytes(config: dict, rotation: int = 2) -> int:
+    """Device memory a point needs: ``rotation`` buffer sets so that consecutive samples never
+    start with their input in L2; copy needs a source and a destination per set."""
+    per_set = config["size_bytes"] * (2 if config["kind"] == "copy" else 1)
+    return int(per_set * rotation)
+
+
+def sizes(suite: str, l2_bytes: int, memory_bytes: int, *, reference: bool = False) -> list[int]:
+    """The suite's buffer sizes; ``reference``: those of the 16-byte access width."""
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}: choose one of {sorted(SUITES)}")
+    s = SUITES[suite]
+    hi = min(s["hi_l2"] * l2_bytes, MAX_MEMORY_FRACTION * memory_bytes / 4)
+    grid = np.geomspace(s["lo_l2"] * l2_bytes, hi, s["reference_points" if reference else "points"])
+    mib = 1 << 20
+    return sorted({int(round(v / mib)) * mib for v in grid})
+
+
+def plan(suite: str, *, l2_bytes: int, memory_bytes: int, sizes_mib=None, size_list=None, kinds=KINDS,
+         widths=WIDTHS, **_) -> list[dict]:
+    """The configs of one sweep, ordered so that a partial sweep already covers every group. A
+    ``size_list`` (bytes) or ``sizes_mib`` given applies to every width."""
+    if sizes_mib is not None:
+        size_list = [int(s * 2**20) for s in sizes_mib]
+    if size_list is not None:
+        narrow = reference_sizes = list(size_list)
+    else:
+        narrow = sizes(suite, l2_bytes, memory_bytes)
+        reference_sizes = sizes(suite, l2_bytes, memory_bytes, reference=True)
+    bad = [s for s in sorted(set(narrow) | set(reference_sizes)) if not s > 0]
+    if bad:
+        raise ValueError(f"DRAM buffer sizes must be positive; got {bad} bytes")
+    return [{"calibration": ID, "kind": k, "width_bytes": int(w), "size_bytes": int(s)}
+            for s in sorted(set(narrow) | set(reference_sizes)) for k in kinds for w in widths
+            if s in (reference_sizes if w == REFERENCE_WIDTH else narrow)]
+
+
+# ----------------------------------------------------------------------------------------------
+# the physical model, shared by the simulated device and (as a linear fit) by the fit
+
+
+def default_truth(base: dict | None = None) -> dict:
+    """H200-like true values; narrower accesses derated by a fixed factor unless given."""
+    truth = {param_name("read"): 4300.0, param_name("write"): 4150.0, param_name("copy"): 4250.0,
+             FIXED_COST: 4.0}
+    truth.update({k: v for k, v in (base or {}).items() if k in truth})
+    derate = {1: 0.22, 2: 0.42, 4: 0.78, 8: 0.95, 16: 1.0}
+    for kind in KINDS:
+        for w in WIDTHS:
+            truth[param_name(kind, w)] = truth[param_name(kind)] * derate[w]
+    truth.update({k: v for k, v in (base or {}).items() if k.startswith("memory.dram.")})
+    for kind in KINDS:
+        if truth[param_name(kind, REFERENCE_WIDTH)] != truth[param_name(kind)]:
+            raise ValueError(f"{param_name(kind, REFERENCE_WIDTH)} must equal {param_name(kind)}: "
+                             "the unqualified bandwidth is the 16-byte-access one")
+    return truth
+
+
+def true_time_us(frame, truth: dict) -> np.ndarray:
+    bw_gbps = np.array([truth[param_name(k, w)] for k, w in zip(frame["kind"], frame["width_bytes"])])
+    return truth[FIXED_COST] + bytes_moved(frame["kind"], frame["size_bytes"]) / (bw_gbps * 1e3)
+
+
+# ----------------------------------------------------------------------------------------------
+# fitting
+
+
+def fit(frame, *, robust: bool = False, source: str | None = None):
+    """Fit every (kind, width) group of a tidy sweep frame: a record per bandwidth, the
+    LinearTimeFit behind each (for residual plots), the unqualified names as the 16-byte fits."""
+    result = fit_rates(frame, ID, work=lambda g: bytes_moved(g["kind"], g["size_bytes"]),
+                       name=lambda key: param_name(key[0], int(key[1])), by=["kind", "width_bytes"],
+                       scale=BYTES_PER_GB, unit="GB/s", robust=robust, source=source)
+    records, fits = result.records, result.models
+    for kind in KINDS:
+        reference = param_name(kind, REFERENCE_WIDTH)
+        if reference in records:
+            records[param_name(kind)], fits[param_name(kind)] = dict(records[reference]), fits[reference]
+        elif reference in result.failures:
+            result.failures[param_name(kind)] = result.failures[reference]
+    read = fits.get(param_name("read", REFERENCE_WIDTH))
+    if read is not None:
+        records[FIXED_COST] = read.intercept_record("us", source=source)
+    return result
+
+
+def reading(result) -> str:
+    read = result.records.get(param_name("read"))
+    if not read:
+        return ""
+    lo, hi = read["ci95"]
+    lines = [f"DRAM read with 16-byte accesses: {read['value']:.0f} GB/s (95% CI {lo:.0f} to {hi:.0f})."]
+    for w in WIDTHS[:-1]:
+        r = result.records.get(param_name("read", w))
+        if r:
+            lines.append(f"  {w}-byte accesses reach {r['value'] / read['value']:.0%} of that.")
+    return "\n".join(lines)
+
+
+def figures(frame, result, *, title) -> dict:
+    figs = {ID: plot_bandwidth(frame, result.records, title=title)}
+    for kind in KINDS:
+        f = result.models.get(param_name(kind))
+        if f is not None:
+            figs["residuals-" + param_name(kind).replace(".", "_")] = f.plot_residuals(
+                title=title(param_name(kind)), x_label="bytes moved (MiB)", x_scale=2**20)
+    figs["residuals-by-width"] = plot_width_residuals(result.models, title=title)
+    return figs
+
+
+def plot_bandwidth(frame, records: dict, *, title):
+    """Achieved bandwidth against size, one panel per kind, a line per access width, the fitted
+    asymptote dashed: where people would rather look than read."""
+    import matplotlib.pyplot as plt
+
+    frame = frame[frame["calibration"] == ID]
+    kinds = [k for k in KINDS if k in set(frame["kind"])]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.6), squeeze=False, constrained_layout=True)
+    for ax, kind in zip(axes[0], kinds):
+        sub = frame[frame["kind"] == kind]
+        for width, g in sub.groupby("width_bytes"):
+            g = g.sort_values("size_bytes")
+            achieved = bytes_moved(g["kind"], g["size_bytes"]) / (g["time_us"] * 1e3)
+            line, = ax.plot(g["size_bytes"] / 2**20, achieved, "o-", ms=3, label=f"{width} B")
+            rec = records.get(param_name(kind, int(width)))
+            if rec:
+                ax.axhline(rec["value"], color=line.get_color(), ls="--", lw=0.8)
+        ax.set(xscale="log", xlabel="buffer size (MiB)", ylabel="achieved GB/s", title=f"DRAM {kind}")
+        ax.legend(title="access width", fontsize=7)
+    fig.suptitle(title("achieved DRAM bandwidth against buffer size"))
+    return fig
+
+
+def plot_width_residuals(fits: dict, *, title):
+    """Standardized residuals against size for every access width, one panel per kind: the
+    narrower widths' fits at a glance (the 16-byte fits get the full three-panel view)."""
+    import matplotlib.pyplot as plt
+
+    kinds = [k for k in KINDS if any(param_name(k, w) in fits for w in WIDTHS)]
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.2), squeeze=False, constrained_layout=True)
+    for ax, kind in zip(axes[0], kinds):
+        for w in WIDTHS:
+            f = fits.get(param_name(kind, w))
+            if f is None:
+                continue
+            order = np.argsort(f.x)
+            ax.plot(f.x[order] / 2**20, f.std_resid[order], "o-", ms=3, label=f"{w} B{' (flagged)' if f.flags else ''}")
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set(xscale="log", xlabel="bytes moved (MiB)", ylabel="standardized residual", title=f"DRAM {kind}")
+        ax.legend(fontsize=7)
+    fig.suptitle(title("standardized residuals by access width"))
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# the CuPy measurement: kernels of kernels/dram.cu, a launch-shape search per (kind, width)
+
+CTYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
+THREADS = 256
+BLOCKS_PER_SM = (1, 2, 4, 8, 16)
+UNROLLS = (1, 4, 8)
+LAYOUTS = ("strided", "tiled", "chunked")  # the kernel's LAYOUT 0, 1, 2
+COPY_ONLY_LAYOUTS = ("pipelined",)  # dram_copy_pipelined
+# Grids sized to the data rather than to the GPU: one strided step per thread, blocks retiring as
+# new ones start. With 128 threads a block this copy matched cudaMemcpyAsync at 1 GiB on an H200
+# (1.006 of it) where every persistent grid-stride shape stopped at 0.956 (2026-11-29; see
+# bench/results/2026-11-29-h200-explorations.md); the tuner weighs them against the persistent
+# shapes for every kind and width.
+DATA_GRID_THREADS = (128, 256, 512)
+MAX_GRID_BLOCKS = 2**31 - 1
+ROTATION = 2
+TUNE_SAMPLES = 8  # a search among configs 1% or more apart: the median of 8 separates them
+
+
+def kernel_name(kind: str, width: int, perf: dict) -> str:
+    if perf["layout"] == "pipelined":
+        return f"dram_copy_pipelined<{CTYPES[width]},{perf['unroll']}>"
+    return f"dram_{kind}<{CTYPES[width]},{perf['unroll']},{LAYOUTS.index(perf['layout'])}>"
+
+
+def perf_configs(kind: str):
+    """Persistent grids (``blocks_per_sm`` blocks on every SM walking the whole buffer), then
+    grids sized to the data (``blocks_per_sm`` None: as many blocks as the data needs)."""
+    layouts = LAYOUTS + COPY_ONLY_LAYOUTS if kind == "copy" else LAYOUTS
+    for bps, unroll, layout in itertools.product(BLOCKS_PER_SM, UNROLLS, layouts):
+        yield {"threads": THREADS, "blocks_per_sm": bps, "unroll": unroll, "layout": layout}
+    for threads in DATA_GRID_THREADS:
+        yield {"threads": threads, "blocks_per_sm": None, "unroll": 1, "layout": "strided"}
+
+
+def kernel(b, kind: str, width: int, perf: dict):
+    """Compiled on first use, one module per (kind, width) with every perf-config variant."""
+    names = sorted({kernel_name(kind, width, p) for p in perf_configs(kind)})
+    return b.module(f"dram-{kind}-{width}", "dram.cu", names).get_function(kernel_name(kind, width, perf))
+
+
+def grid_blocks(sm_count: int, perf: dict, n_elements: int) -> int:
+    if perf["blocks_per_sm"] is not None:
+        return sm_count * int(perf["blocks_per_sm"])
+    step = int(perf["threads"]) * int(perf["unroll"])
+    blocks = -(-n_elements // step)
+    if blocks > MAX_GRID_BLOCKS:
+        raise UnsupportedConfig(f"{n_elements} elements need {blocks} blocks of {perf['threads']} threads; "
+                                f"a grid holds at most {MAX_GRID_BLOCKS}")
+    return blocks
+
+
+def launcher(b, kind: str, width: int, perf: dict, size_bytes: int, src, dst):
+    """A function of the sample index that launches one kernel on buffer set ``i % ROTATION``."""
+    fn = kernel(b, kind, width, perf)
+    n = np.uint64(size_bytes // width)
+    grid, block = (grid_blocks(b.sm_count, perf, int(n)),), (perf["threads"],)
+    stream, sink = b.stream, b.sink()
+    if kind == "read":
+        return lambda i: fn(grid, block, (src[i % ROTATION], n, sink), stream=stream)
+    if kind == "write":
+        return lambda i: fn(grid, block, (dst[i % ROTATION], n, np.uint32(0x2545F491 + i)), stream=stream)
+    return lambda i: fn(grid, block, (src[i % ROTATION], dst[i % ROTATION], n), stream=stream)
+
+
+def buffers(b, size_bytes: int):
+    """Sources filled with random data (never zeros), destinations uninitialized, ROTATION sets;
+    kept for consecutive points of the same size, the sweep's order."""
+    def make():
+        cp = b.cp
+        b.check_free(2 * ROTATION * size_bytes)
+        return {"src": [cp.random.random(size_bytes // 4, dtype=cp.float32).view(cp.uint8) for _ in range(ROTATION)],
+                "dst": [cp.empty(size_bytes, dtype=cp.uint8) for _ in range(ROTATION)]}
+
+    held = b.buffers(("dram", size_bytes), make)
+    return held["src"], held["dst"]
+
+
+def verify_kernels(b, n_bytes: int = 3 * 2**20 + 48):
+    """Poison destinations, run every copy and write variant on a size no launch divides
+    evenly, and check that every element was written with the right value."""
+    cp = b.cp
+    src = cp.random.random(n_bytes // 4, dtype=cp.float32).view(cp.uint8)
+    dst = cp.empty(n_bytes, dtype=cp.uint8)
+    variants = [p for p in perf_configs("copy") if p["blocks_per_sm"] in (2, None)]
+    for width, perf in itertools.product(WIDTHS, variants):
+        dst.fill(0xA5)
+        launcher(b, "copy", width, perf, n_bytes, [src] * ROTATION, [dst] * ROTATION)(0)
+        b.stream.synchronize()
+        if not bool(cp.all(dst == src)):
+            raise RuntimeError(f"{kernel_name('copy', width, perf)} did not copy every byte")
+        if perf["layout"] not in LAYOUTS:
+            continue
+        dst.fill(0)
+        launcher(b, "write", width, perf, n_bytes, None, [dst] * ROTATION)(0)
+        b.stream.synchronize()
+        words = dst[: n_bytes - n_bytes % width].reshape(-1, width)
+        if not bool(cp.all(words.any(axis=1))):
+            raise RuntimeError(f"{kernel_name('write', width, perf)} left elements unwritten")
+
+
+def prepare(b, configs: list[dict]):
+    for kind, width in sorted({(c["kind"], int(c["width_bytes"])) for c in configs}):
+        kernel(b, kind, width, next(perf_configs(kind)))
+
+
+def _tune(b, kind: str, width: int, size_bytes: int, src, dst):
+    """Fastest launch configuration for this kernel variant, by median of a few samples; and
+    the candidates' measurements when the search ran now (empty when it was cached)."""
+    from ..timing import StoppingRule
+
+    tuned = b.scratch(ID).setdefault("perf", {})
+    tried = []
+    if (kind, width) not in tuned:
+        quick = StoppingRule(min_samples=TUNE_SAMPLES, max_samples=TUNE_SAMPLES, batch=TUNE_SAMPLES)
+        for perf in perf_configs(kind):
+            tried.append(b.time_launches(launcher(b, kind, width, perf, size_bytes, src, dst), rule=quick,
+                                         perf_config=perf))
+        best = min(tried, key=lambda m: m.median_us)
+        tuned[(kind, width)] = (dict(best.protocol["perf_config"]),
+                                {"calibration": ID, "kind": kind, "width_bytes": width, "size_bytes": size_bytes})
+    return tuned[(kind, width)], tried
+
+
+def measure(b, config: dict):
+    kind, width, size = config["kind"], int(config["width_bytes"]), int(config["size_bytes"])
+    if width not in CTYPES or kind not in KINDS:
+        raise UnsupportedConfig(f"no DRAM kernel for kind={kind!r}, width={width}")
+    state = b.scratch(ID)
+    if not state.get("verified"):
+        verify_kernels(b)
+        state["verified"] = True
+    src, dst = buffers(b, size)
+    (perf, tuned_on), tried = _tune(b, kind, width, size, src, dst)
+    measurement = b.time_launches(launcher(b, kind, width, perf, size, src, dst), perf_config=perf)
+    measurement.protocol["tuned_on"] = tuned_on
+    measurement.candidates = tried
+    return measurement
+
+
+def measure_memcpy(b, size_bytes: int):
+    """``cudaMemcpyAsync`` device to device, timed like the kernels: the copy ceiling."""
+    rt = b.cp.cuda.runtime
+    src, dst = buffers(b, size_bytes)
+
+    def launch(i):
+        rt.memcpyAsync(dst[i % ROTATION].data.ptr, src[i % ROTATION].data.ptr, size_bytes,
+                       rt.memcpyDeviceToDevice, b.stream.ptr)
+
+    return b.time_launches(launch, perf_config={"api": "cudaMemcpyAsync D2D"})

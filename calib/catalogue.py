@@ -1,0 +1,51 @@
+"""The parameter catalogue: every parameter calib can measure, its unit, its meaning and the
+calibration that measures it, read from the registry of calibrations (``calib.calibrations``).
+
+Importable without numpy or anything heavy, so that ``calib query`` and ``calib.query`` can say, for
+a name the profile lacks, which name was probably meant or which calibration would measure it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+
+@dataclass(frozen=True)
+class ParameterInfo:
+    name: str
+    unit: str
+    meaning: str
+    calibration: str
+
+
+@lru_cache(maxsize=1)
+def parameters() -> dict[str, ParameterInfo]:
+    """name -> ParameterInfo, in the suite's order."""
+    from . import calibrations
+
+    out = {}
+    for module in calibrations.all_calibrations():
+        for p in module.PARAMETERS:
+            out[p.name] = ParameterInfo(p.name, p.unit, p.meaning, module.ID)
+    return out
+
+
+def info(name: str) -> ParameterInfo | None:
+    return parameters().get(name)
+
+
+def explain_missing(name: str, have=()) -> str:
+    """Text to append to "no parameter NAME": the calibration that measures it when it is a catalogue
+    name (the profile simply lacks it), else the closest name the profile or the catalogue knows."""
+    found = info(name)
+    if found is not None:
+        return (f" (the {found.calibration!r} calibration measures it: "
+                f"calib run --notebook {found.calibration})")
+    import difflib
+
+    known = list(dict.fromkeys([*have, *parameters()]))
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    return " (not a parameter calib measures: `calib catalogue` lists them)"
