@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     from calib.backends.cupy_backend import CupyBackend
-    from calib.experiments import dram, matmul
+    from calib.calibrations import matmul_throughput as matmul, memory_bandwidth as dram
     from calib.fit import fit_linear_time
     from calib.runner import run
 
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     size_list = dram.sizes(args.suite, backend.l2_bytes, backend.memory_bytes, reference=True)
     times, ns = [], []
     for size in size_list:
-        m = backend.measure_memcpy(size)
+        m = dram.measure_memcpy(backend, size)
         times.append(m.center_us)
         ns.append(m.n)
     memcpy_fit = fit_linear_time(2.0 * np.asarray(size_list, float), times, n_samples=ns)
@@ -169,7 +169,7 @@ def _fp32_peak(db_path: Path, device: dict):
         return None, ""
     with sqlite3.connect(db_path) as db:
         rows = db.execute("SELECT r.clocks FROM result r JOIN config c ON c.id = r.config_id "
-                          "WHERE c.experiment = 'fma' AND r.role = 'measurement'").fetchall()
+                          "WHERE c.experiment = 'compute_throughput' AND r.role = 'measurement'").fetchall()
     mhz = [json.loads(c).get("sm_mhz_min") for (c,) in rows]
     mhz = [m for m in mhz if m]
     if not mhz:

@@ -22,7 +22,7 @@ python3 -m calib status
 python3 - <<'PY'
 import sqlite3
 from calib.store import Store
-from calib.experiments import dram
+from calib.calibrations import memory_bandwidth as dram
 db = sqlite3.connect("/tmp/fleet.sqlite")
 print("jobs by GPU and state:", db.execute("SELECT gpu_id, state, count(*) FROM job GROUP BY gpu_id, state").fetchall())
 print("results by GPU and role:", db.execute("SELECT j.gpu_id, r.role, count(*) FROM result r JOIN job j ON j.id = r.job_id "
@@ -30,7 +30,7 @@ print("results by GPU and role:", db.execute("SELECT j.gpu_id, r.role, count(*) 
 store = Store("sqlite:////tmp/fleet.sqlite", readonly=True)
 frame = store.frame(1)
 for gpu, part in frame.groupby("gpu_id"):
-    recs, _ = dram.fit(part)
+    recs = dram.fit(part).records
     for name in ("memory.dram.read_bandwidth_gbps", "memory.dram.copy_bandwidth_gbps"):
         r = recs.get(name)
         print(f"GPU {gpu}: {name} = {r['value']:.0f} GB/s, CI {r['ci95'][0]:.0f}..{r['ci95'][1]:.0f}, n={r['n']}"
