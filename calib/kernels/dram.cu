@@ -12,8 +12,8 @@
 // element per thread that a driver-style copy uses; the backend offers such grids beside the
 // persistent ones.
 // dram_copy_pipelined is the strided copy with the next step's loads issued before this step's
-// stores, the fastest copy shape found on an H200 (bench/copy_explore.py; evict-first and L2
-// prefetch hints and TMA bulk copies were slower there, so none is offered).
+// stores, the fastest copy shape found on an H200 (bench/results/2026-11-29-h200-explorations.md;
+// evict-first and L2 prefetch hints and TMA bulk copies were slower there, so none is offered).
 // The walked kernels share one walk, so the copy kernel's correctness check (every element written,
 // equal to the source) vouches for the read kernel's coverage too.
 
