@@ -94,7 +94,8 @@ def test_other_device_profile_is_refused_with_the_differing_fields(fixture_path)
 
 def test_soft_differences_warn_and_name_the_fields(fixture_path):
     newer = {**H200_SW, "driver": "590.1", "cupy": "14.3.0"}
-    with pytest.warns(ProfileWarning, match=r"other software \(driver: '580.159.04' -> '590.1'; cupy: '14.2.0' -> '14.3.0'\)"):
+    changed = r"other software \(driver: '580.159.04' -> '590.1'; cupy: '14.2.0' -> '14.3.0'\)"
+    with pytest.warns(ProfileWarning, match=changed):
         p = load_profile(fixture_path("good_h200.json"), device=H200, software=newer)
     assert p.query(READ, 1.0) == 4460.0  # soft: still used
 

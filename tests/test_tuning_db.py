@@ -73,7 +73,8 @@ def test_older_schema_is_migrated_with_its_data(db_url):
                           "VALUES (1, 'old', 'calib simulated GPU (H200-like)', true, '{}', '{}')"))
         conn.execute(text("INSERT INTO config (id, experiment, descriptor, descriptor_hash) "
                           "VALUES (1, 'dram', '{\"experiment\":\"dram\"}', 'h')"))
-        conn.execute(text("INSERT INTO job (id, session_id, config_id, state, retries) VALUES (1, 1, 1, 'completed', 0)"))
+        conn.execute(text("INSERT INTO job (id, session_id, config_id, state, retries) "
+                          "VALUES (1, 1, 1, 'completed', 0)"))
         conn.execute(text("INSERT INTO result (session_id, config_id, job_id, perf_config, kernel_time_us, median_us, "
                           "n_samples, stop_reason, throttled, simulated, samples_us, protocol, clocks, warnings) "
                           "VALUES (1, 1, 1, '{}', 12.5, 12.4, 3, 'precision', false, true, '[12.4, 12.5, 12.6]', "
@@ -139,8 +140,8 @@ def _insert_0002_rows(conn):
         conn.execute(text("INSERT INTO config (id, experiment, descriptor, descriptor_hash) VALUES (:i, :e, :d, :h)"),
                      {"i": cid, "e": descriptor["experiment"], "d": canonical_json(descriptor),
                       "h": descriptor_hash(descriptor)})
-        conn.execute(text("INSERT INTO job (id, session_id, config_id, state, retries) VALUES (:i, 1, :i, 'completed', 0)"),
-                     {"i": cid})
+        conn.execute(text("INSERT INTO job (id, session_id, config_id, state, retries) "
+                          "VALUES (:i, 1, :i, 'completed', 0)"), {"i": cid})
 
     def result(cid, role, perf, t_us, protocol="{}"):
         conn.execute(text("INSERT INTO result (session_id, config_id, job_id, role, perf_config, kernel_time_us, "
@@ -188,7 +189,8 @@ def test_0003_moves_bookkeeping_out_of_perf_configs_and_drops_kind_tables(db_url
                               "tuned_on_config_id FROM result ORDER BY id")).all()
         big_id = c.execute(text("SELECT id FROM config WHERE descriptor_hash = :h"),
                            {"h": descriptor_hash({**small, "size_bytes": 2**22})}).scalar()
-        won = c.execute(text("SELECT config_id, perf_config, kernel_time_us, role FROM winner ORDER BY config_id")).all()
+        won = c.execute(text("SELECT config_id, perf_config, kernel_time_us, role FROM winner "
+                             "ORDER BY config_id")).all()
     knobs = canonical_json(fast)
     assert [r.perf_config for r in rows[2:5]] == [knobs] * 3  # one launch shape, one text
     assert [r.tuned_on_config_id for r in rows] == [None, None, 1, 1, big_id, None, None]
@@ -276,7 +278,8 @@ def test_eight_workers_drain_2000_jobs_without_double_claims(db_url, tmp_path):
     assert store.counts(sid)[sid]["completed"] == 2000
     with store.engine.connect() as c:
         assert c.execute(text("SELECT count(*) FROM result WHERE session_id=:s"), {"s": sid}).scalar() == 2000
-        assert c.execute(text("SELECT count(DISTINCT job_id) FROM result WHERE session_id=:s"), {"s": sid}).scalar() == 2000
+        distinct_jobs = text("SELECT count(DISTINCT job_id) FROM result WHERE session_id=:s")
+        assert c.execute(distinct_jobs, {"s": sid}).scalar() == 2000
         workers = c.execute(text("SELECT count(DISTINCT worker) FROM job WHERE session_id=:s"), {"s": sid}).scalar()
     assert workers >= 2
 
@@ -334,7 +337,8 @@ def test_winners_view_and_tsv_round_trip(db_url, tmp_path):
     other = Store(sqlite_url(tmp_path / "other.sqlite"))
     assert import_tsv(other, path) == 3
     got = winners(other)
-    assert got["config"].tolist() == w["config"].tolist() and got["kernel_time_us"].round(6).tolist() == [30.0, 31.0, 32.0]
+    assert got["config"].tolist() == w["config"].tolist()
+    assert got["kernel_time_us"].round(6).tolist() == [30.0, 31.0, 32.0]
     bad = tmp_path / "bad.tsv"
     bad.write_text(lines[0] + "\n" + lines[1] + "\nsim\t132\tX\t{not json}\t{}\t1.0\n")
     with pytest.raises(StoreError, match="line 3"):
