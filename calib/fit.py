@@ -160,7 +160,7 @@ def make_record(value, ci95, unit: str, *, n: int, method: str, r2: float | None
     record carries the same fields (value, ci95, unit, n, method, r2, flags, diagnostics, source,
     and when it was fitted) and a CI that is not a pair of finite numbers around the value is
     flagged rather than written as if it were one."""
-    from .profile import utc_now
+    from .timestamps import utc_now
 
     value = float(value) if not isinstance(value, bool) else value
     lo, hi = (float(ci95[0]), float(ci95[1])) if ci95 is not None else (None, None)
@@ -203,16 +203,20 @@ class FitResult:
         return "\n".join(lines) or "every parameter fitted; no fit flagged."
 
     def table(self):
-        """The parameters as a table (a DataFrame: values and CIs as numbers), failures included."""
-        from .report import parameter_frame
+        """The parameters as a table with numbers as numbers (value, CI bounds, half-width in
+        percent, n), flags as text, and a row per parameter that could not be fitted."""
+        import pandas as pd
 
-        frame = parameter_frame(self.records)
-        if self.failures:
-            import pandas as pd
-
-            frame = pd.concat([frame, pd.DataFrame([{"name": n, "flags": f"NOT FITTED: {why}"}
-                                                    for n, why in self.failures.items()])], ignore_index=True)
-        return frame
+        rows = []
+        for name, rec in self.records.items():
+            lo, hi = rec.get("ci95") or (float("nan"), float("nan"))
+            value = rec["value"]
+            rows.append({"name": name, "value": value, "ci95_low": lo, "ci95_high": hi,
+                         "ci95_pm_pct": 100 * (hi - lo) / 2 / abs(value) if value else float("nan"),
+                         "unit": rec.get("unit"), "n": rec.get("n"), "flags": "; ".join(rec.get("flags", []))})
+        rows += [{"name": name, "flags": f"NOT FITTED: {why}"} for name, why in self.failures.items()]
+        return pd.DataFrame(rows, columns=["name", "value", "ci95_low", "ci95_high", "ci95_pm_pct", "unit", "n",
+                                           "flags"])
 
 
 def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False,
