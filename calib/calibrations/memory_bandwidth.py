@@ -222,6 +222,13 @@ def plot_width_residuals(fits: dict, *, title):
 
 # ----------------------------------------------------------------------------------------------
 # the CuPy measurement: kernels of kernels/dram.cu, a launch-shape search per (kind, width)
+#
+# The search is calib.tuning's: the candidates are perf_configs(kind); each is checked
+# (check_shape: every element written, and right) before it is timed, so a fast shape that skips
+# elements never wins; the survivors are ranked by the tuner's estimator on one problem per
+# (kind, width), tuning_problem(), which the device alone decides. The winner's knobs alone are the
+# measurement's perf_config, with tuned_on naming that problem; the candidates' measurements go to
+# the results store (role "tuning", filed under the tuned-on problem) with the point that tuned.
 
 CTYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
 THREADS = 256
@@ -237,7 +244,11 @@ COPY_ONLY_LAYOUTS = ("pipelined",)  # dram_copy_pipelined
 DATA_GRID_THREADS = (128, 256, 512)
 MAX_GRID_BLOCKS = 2**31 - 1
 ROTATION = 2
-TUNE_SAMPLES = 8  # a search among configs 1% or more apart: the median of 8 separates them
+TUNE_SAMPLES = 8  # a search among configs 1% or more apart: 8 samples' trimmed mean separates them
+# The tuning problem's size: the geometric middle of the sweep's span (lo_l2 to hi_l2 times the L2,
+# the span both suites share), 16x L2 on a device with room for it.
+TUNE_SPAN = SUITES["full"]
+VERIFY_BYTES = 3 * 2**20 + 48  # no launch shape divides it evenly: every tail path runs
 
 
 def kernel_name(kind: str, width: int, perf: dict) -> str:
@@ -299,66 +310,95 @@ def buffers(b, size_bytes: int):
     return held["src"], held["dst"]
 
 
-def verify_kernels(b, n_bytes: int = 3 * 2**20 + 48):
-    """Poison destinations, run every copy and write variant on a size no launch divides
-    evenly, and check that every element was written with the right value."""
+def check_shape(b, kind: str, width: int, perf: dict, n_bytes: int = VERIFY_BYTES):
+    """Raise unless this launch shape writes every element, right, on a size no launch divides
+    evenly: a copy must equal its source in a poisoned destination, a write must leave no element
+    zero. A read has no output to compare; its shape is checked through the copy kernel of the
+    same shape, which walks the buffer the same way (``walk`` in kernels/dram.cu), so a read shape
+    that skips elements fails here too. Each (kernel, width, shape) is checked once per backend."""
+    state = b.scratch(ID)
+    kernel_kind = "write" if kind == "write" else "copy"
+    done = state.setdefault("checked", set())
+    key = (kernel_kind, int(width), tuple(sorted(perf.items())))
+    if key in done:
+        return
     cp = b.cp
-    src = cp.random.random(n_bytes // 4, dtype=cp.float32).view(cp.uint8)
-    dst = cp.empty(n_bytes, dtype=cp.uint8)
-    variants = [p for p in perf_configs("copy") if p["blocks_per_sm"] in (2, None)]
-    for width, perf in itertools.product(WIDTHS, variants):
+    if "check_buffers" not in state:
+        src = cp.random.random(n_bytes // 4, dtype=cp.float32).view(cp.uint8)
+        state["check_buffers"] = (src, cp.empty(n_bytes, dtype=cp.uint8))
+    src, dst = state["check_buffers"]
+    if kernel_kind == "copy":
         dst.fill(0xA5)
         launcher(b, "copy", width, perf, n_bytes, [src] * ROTATION, [dst] * ROTATION)(0)
         b.stream.synchronize()
         if not bool(cp.all(dst == src)):
             raise RuntimeError(f"{kernel_name('copy', width, perf)} did not copy every byte")
-        if perf["layout"] not in LAYOUTS:
-            continue
+    else:
         dst.fill(0)
         launcher(b, "write", width, perf, n_bytes, None, [dst] * ROTATION)(0)
         b.stream.synchronize()
         words = dst[: n_bytes - n_bytes % width].reshape(-1, width)
         if not bool(cp.all(words.any(axis=1))):
             raise RuntimeError(f"{kernel_name('write', width, perf)} left elements unwritten")
+    done.add(key)
+
+
+def verify_kernels(b):
+    """Check every copy and write shape of every width at once (check_shape), outside a sweep;
+    a sweep checks the shapes it tunes as it tunes them."""
+    for width, perf in itertools.product(WIDTHS, perf_configs("copy")):
+        check_shape(b, "copy", width, perf)
+        if perf["layout"] in LAYOUTS:
+            check_shape(b, "write", width, perf)
 
 
 def prepare(b, configs: list[dict]):
+    tunes = any(c.get("calibration") == ID for c in configs)  # occupancy borrows the read kernel untuned
     for kind, width in sorted({(c["kind"], int(c["width_bytes"])) for c in configs}):
         kernel(b, kind, width, next(perf_configs(kind)))
+        if kind == "read" and tunes:  # check_shape checks read shapes through the copy kernel
+            kernel(b, "copy", width, next(perf_configs("copy")))
 
 
-def _tune(b, kind: str, width: int, size_bytes: int, src, dst):
-    """Fastest launch configuration for this kernel variant, by median of a few samples; and
-    the candidates' measurements when the search ran now (empty when it was cached)."""
+def tuning_problem(kind: str, width: int, *, l2_bytes: int, memory_bytes: int) -> dict:
+    """The problem the launch shapes of (kind, width) are tuned on, the same for every point of
+    it: the geometric middle of the sweep's span of sizes, from the device alone, so that every
+    process, worker and resumed sweep tunes on the same problem, whichever point it measures first."""
+    lo = TUNE_SPAN["lo_l2"] * l2_bytes
+    hi = min(TUNE_SPAN["hi_l2"] * l2_bytes, MAX_MEMORY_FRACTION * memory_bytes / 4)
+    mib = 1 << 20
+    size = max(1, int(round(float(np.sqrt(lo * hi)) / mib))) * mib
+    return {"calibration": ID, "kind": kind, "width_bytes": int(width), "size_bytes": size}
+
+
+def tune(b, kind: str, width: int):
+    """The launch shape of (kind, width): calib.tuning over perf_configs(kind) on
+    tuning_problem(), every shape checked (check_shape) before it is timed with TUNE_SAMPLES
+    samples. Remembered for the backend's life: later points of (kind, width) time nothing here."""
     from ..timing import StoppingRule
+    from ..tuning import Tuner
 
-    tuned = b.scratch(ID).setdefault("perf", {})
-    tried = []
-    if (kind, width) not in tuned:
-        quick = StoppingRule(min_samples=TUNE_SAMPLES, max_samples=TUNE_SAMPLES, batch=TUNE_SAMPLES)
-        for perf in perf_configs(kind):
-            tried.append(b.time_launches(launcher(b, kind, width, perf, size_bytes, src, dst), rule=quick,
-                                         perf_config=perf))
-        best = min(tried, key=lambda m: m.median_us)
-        tuned[(kind, width)] = (dict(best.protocol["perf_config"]),
-                                {"calibration": ID, "kind": kind, "width_bytes": width, "size_bytes": size_bytes})
-    return tuned[(kind, width)], tried
+    problem = tuning_problem(kind, width, l2_bytes=b.l2_bytes, memory_bytes=b.memory_bytes)
+    size = problem["size_bytes"]
+    tuner = b.scratch(ID).setdefault("tuner", Tuner())
+    quick = StoppingRule(min_samples=TUNE_SAMPLES, max_samples=TUNE_SAMPLES, batch=TUNE_SAMPLES)
+
+    def time(perf):
+        src, dst = buffers(b, size)
+        return b.time_launches(launcher(b, kind, width, perf, size, src, dst), rule=quick, perf_config=perf)
+
+    return tuner.tune(problem, perf_configs(kind), time, check=lambda perf: check_shape(b, kind, width, perf))
 
 
 def measure(b, config: dict):
     kind, width, size = config["kind"], int(config["width_bytes"]), int(config["size_bytes"])
     if width not in CTYPES or kind not in KINDS:
         raise UnsupportedConfig(f"no DRAM kernel for kind={kind!r}, width={width}")
-    state = b.scratch(ID)
-    if not state.get("verified"):
-        verify_kernels(b)
-        state["verified"] = True
+    tuning = tune(b, kind, width)
     src, dst = buffers(b, size)
-    (perf, tuned_on), tried = _tune(b, kind, width, size, src, dst)
-    measurement = b.time_launches(launcher(b, kind, width, perf, size, src, dst), perf_config=perf)
-    measurement.protocol["tuned_on"] = tuned_on
-    measurement.candidates = tried
-    return measurement
+    measurement = b.time_launches(launcher(b, kind, width, tuning.winner, size, src, dst),
+                                  perf_config=tuning.winner)
+    return tuning.annotate(measurement)  # knobs alone, tuned_on, and the candidates timed now
 
 
 def measure_memcpy(b, size_bytes: int):
