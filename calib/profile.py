@@ -389,8 +389,10 @@ def _user_data_dir() -> str:
 
 
 def shipped_profiles_dir() -> Path:
-    """``profiles/`` of the source tree calib runs from (an editable or source install)."""
-    return Path(__file__).resolve().parent.parent / "profiles"
+    """The profiles calib ships: package data of a wheel, or ``profiles/`` of the source tree."""
+    from . import resources
+
+    return resources.shipped_profiles_dir()
 
 
 def candidate_paths(path=None, device: dict | None = None) -> list[tuple[str, Path]]:

@@ -44,7 +44,9 @@ class RunError(CalibError, RuntimeError):
 
 
 def notebooks_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "notebooks"
+    from . import resources
+
+    return resources.notebooks_dir()
 
 
 def default_runs_dir() -> Path:
