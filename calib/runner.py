@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import calibrations
 from . import fingerprint as fp
 from .errors import CalibError
 from .backends import get_backend, resolve_backend_name
@@ -24,17 +25,21 @@ from .calibration import (MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNE
                           read_fragment)
 from .profile import merge_into, user_profiles_dir, utc_now
 
-# Every suite runs every notebook; the suite picks each notebook's grid (passed as `suite`).
-SUITES = ("quick", "full")
-NOTEBOOKS = ["memory_bandwidth", "cache_hierarchy", "shared_memory", "occupancy", "launch_latency", "matmul_splitk",
-             "compute_throughput", "matmul_throughput", "reductions", "normalization_bandwidth", "registers"]
+# Every suite runs every notebook (one per calibration of the registry, named by its id); the suite
+# picks each notebook's grid (passed as `suite`).
+SUITES = calibrations.SUITE_NAMES
+NOTEBOOKS = list(calibrations.IDS)
 
 
-# Notebooks that time the host (launch submission from Python): with other notebooks importing and
-# plotting beside them, launch.overhead_us fell from 6.4 to 4.7 us and its CI widened from ±1% to
-# ±9% on an H200 host (2026-11-29). They measure while the others wait, ready (Turns, below).
-HOST_TIMED = ("launch_latency",)
-COMPILE_ONLY = ("registers",)
+def host_timed() -> tuple[str, ...]:
+    """Notebooks that time the host (launch submission from Python): with other notebooks importing
+    and plotting beside them, launch.overhead_us fell from 6.4 to 4.7 us and its CI widened from ±1%
+    to ±9% on an H200 host (2026-11-29). They measure while the others wait, ready (Turns, below)."""
+    return tuple(m.ID for m in calibrations.all_calibrations() if m.HOST_TIMED)
+
+
+def compile_only() -> tuple[str, ...]:
+    return tuple(m.ID for m in calibrations.all_calibrations() if m.KIND == "compiled")
 # The line by which `python -m calib.runner --one` hands its notebook's result back.
 ONE_RESULT_PREFIX = "calib-notebook-result: "
 
@@ -93,15 +98,22 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     run_dir = run_dir.resolve()
     label = f"run:{run_dir}"
     names = notebooks or NOTEBOOKS
+    for nb in names:
+        try:
+            calibrations.get(nb)
+        except calibrations.UnknownCalibration as exc:
+            raise RunError(str(exc)) from None
     echo(f"run folder: {run_dir}")
 
+    # progress=False: an executed notebook would keep a stale text bar (and, without ipywidgets, a
+    # TqdmWarning) in every sweep cell; calib run shows its own progress.
     base_params = {"backend": name, "device": device, "suite": suite, "output_dir": str(run_dir),
                    "sim_spec": str(Path(sim_spec).resolve()) if sim_spec else None, "label": label,
-                   **(parameters or {})}
+                   "progress": False, **(parameters or {})}
     jobs = default_jobs(name, len(names)) if jobs in (None, "auto") else max(1, int(jobs))
     if jobs > 1:
         notes = ["measurements take turns on the GPU"] if name != "sim" else []
-        notes += [f"{nb} measures first, while the others wait" for nb in names if nb in HOST_TIMED]
+        notes += [f"{nb} measures first, while the others wait" for nb in names if nb in host_timed()]
         echo(f"{jobs} notebooks at a time: one measures while the others start, fit and plot"
              + (f" ({'; '.join(notes)})." if notes else "."))
     tasks = []
@@ -178,10 +190,10 @@ def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = 
 
     from tqdm.auto import tqdm
 
-    first = [t for t in tasks if t[0] in HOST_TIMED]
+    first = [t for t in tasks if t[0] in host_timed()]
     # the longest CPU-only work (NVRTC compiling every register variant: 10 s quick, 40 s full on
     # an H200 host) starts as early as it may, so that it does not end the run alone
-    rest = sorted((t for t in tasks if t[0] not in HOST_TIMED), key=lambda t: t[0] not in COMPILE_ONLY)
+    rest = sorted((t for t in tasks if t[0] not in host_timed()), key=lambda t: t[0] not in compile_only())
     turns = Turns(signal_dir, [t[0] for t in first], slots=jobs) if first and rest and signal_dir else None
     started = set()
 
