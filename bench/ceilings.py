@@ -96,7 +96,8 @@ def main(argv=None) -> int:
             and (rec["ci95"][1] - rec["ci95"][0]) / 2 / rec["value"] > 0.005]
     head = ("parameter", "calib", "CI ±", "reference", "reference value", "ratio", "target", "")
     lines = [f"# calib vs. ceilings — {device['name']}, {dt.date.today().isoformat()}", "",
-             f"driver {software.get('driver')}, CUDA runtime {software.get('cuda_runtime')}, CuPy {software.get('cupy')}, "
+             f"driver {software.get('driver')}, CUDA runtime {software.get('cuda_runtime')}, "
+             f"CuPy {software.get('cupy')}, "
              f"calib {software.get('calib')}; suite `{args.suite}`; `calib run` wall time {wall_s:.1f} s "
              "(papermill and kernel start included).", "",
              f"memcpy fit: {memcpy['value']:.0f} GB/s, 95% CI [{memcpy['ci95'][0]:.0f}, {memcpy['ci95'][1]:.0f}], "
@@ -109,7 +110,8 @@ def main(argv=None) -> int:
     lines += ["", "Bandwidths (unqualified) with a CI wider than ±0.5% (target: none): " + (", ".join(wide) or "none")]
     if result.failed:
         lines += ["", "Notebooks that failed: " + "; ".join(f"{nb}: {why}" for nb, why in result.failed)]
-    lines += ["", "All calib parameters of this run:", "", "| parameter | value | 95% CI | flags |", "|---|---|---|---|"]
+    lines += ["", "All calib parameters of this run:", "",
+              "| parameter | value | 95% CI | flags |", "|---|---|---|---|"]
     for name in sorted(params):
         rec = params[name]
         lines.append(f"| {name} | {rec['value']:.4g} | [{rec['ci95'][0]:.4g}, {rec['ci95'][1]:.4g}] | "
@@ -137,7 +139,7 @@ def _torch_matmul_tflops(m: int, k: int) -> dict:
         time.sleep(0.25)  # the same idle pause calib's matmul points start from (power cap)
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         b = torch.randn(k, m, device="cuda", dtype=dtype)
-        out[name] = 2 * m * m * k / torch_median_s(lambda: a @ b) / 1e12
+        out[name] = 2 * m * m * k / torch_median_s(lambda a=a, b=b: a @ b) / 1e12
         del a, b
     torch.cuda.empty_cache()
     return out

@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--reason", help="why this calibration ran (recorded in the session)")
     r.add_argument("--jobs", default="auto", metavar="N",
                    help="notebooks in flight at once; their measurements still take turns on the GPU "
-                        "(auto: all on a GPU host with 8 or more cores, up to cores - 4; else 1; 2 on the simulated device)")
+                        "(auto: all on a GPU host with 8 or more cores, up to cores - 4; else 1; "
+                        "2 on the simulated device)")
     r.add_argument("--no-progress", action="store_true")
     r.set_defaults(func=_cmd_run)
 

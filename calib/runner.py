@@ -155,7 +155,8 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     target = Path(profile_path) if profile_path else user_profiles_dir() / f"{fp.device_slug(device_fp)}.json"
     merge_into(target, params, device=device_fp, software=software_fp)
     _link_sessions(fragments, target, run_dir)
-    summary = {"profile": str(target), "notebooks": names, "failed": failed, "simulated": bool(device_fp.get("simulated")),
+    summary = {"profile": str(target), "notebooks": names, "failed": failed,
+               "simulated": bool(device_fp.get("simulated")),
                "wall_s": time.perf_counter() - t_start, "notebook_wall_s": notebook_wall_s,
                "finished": utc_now()}
     if summary["simulated"]:

@@ -178,7 +178,8 @@ class Measurement:
 
     def summary(self) -> dict:
         return {"time_us": self.center_us, "se_us": self.se_us, "median_us": self.median_us, "mean_us": self.mean_us,
-                "iqr_us": self.iqr_us, "n_samples": self.n, "n_outliers": self.n_outliers, "median_rel_ci95": self.median_rel_ci95, "stop_reason": self.stop_reason,
+                "iqr_us": self.iqr_us, "n_samples": self.n, "n_outliers": self.n_outliers,
+                "median_rel_ci95": self.median_rel_ci95, "stop_reason": self.stop_reason,
                 "throttled": self.throttled, "simulated": self.simulated}
 
     def __repr__(self):

@@ -106,7 +106,8 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
 
     jobs = pd.DataFrame(sqlite3.connect(run_dir / "results.sqlite").execute(
         "select c.experiment, j.started_at, j.finished_at from job j join config c on c.id = j.config_id").fetchall(),
-        columns=["experiment", "started", "finished"]).astype({"started": "datetime64[us]", "finished": "datetime64[us]"})
+        columns=["experiment", "started", "finished"]).astype({"started": "datetime64[us]",
+                                                                "finished": "datetime64[us]"})
     launch_jobs = jobs[jobs.experiment == "launch_latency"]
     assert len(launch_jobs) and (jobs[jobs.experiment != "launch_latency"].started >= launch_jobs.finished.max()).all()
     others = [p.stem for p in run_dir.glob("*.ipynb") if p.stem != "launch_latency"]
@@ -127,7 +128,8 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
 
     # the same run folder again: nothing is re-measured
     again = subprocess.run([sys.executable, "-m", "calib", "run", "--sim-spec", str(spec), "--run-dir", str(run_dir),
-                            "--profile", str(profile), "--no-progress", "--notebook", "memory_bandwidth", "--jobs", "1"],
+                            "--profile", str(profile), "--no-progress", "--notebook", "memory_bandwidth",
+                            "--jobs", "1"],
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     executed = nbformat.read(run_dir / "memory_bandwidth.ipynb", as_version=4)
@@ -233,7 +235,8 @@ def test_a_notebook_that_fails_does_not_stop_the_others_running_beside_it(tmp_pa
     result = run(backend="sim", suite="quick", run_dir=tmp_path / "run", profile_path=tmp_path / "p.json",
                  notebooks=["memory_bandwidth", "launch_latency"], parameters={"sizes_mib": [-1]},
                  progress=False, jobs=2, echo=lambda text: None)
-    assert result.failed == [("memory_bandwidth", "ValueError: DRAM buffer sizes must be positive; got [-1048576] bytes")]
+    assert result.failed == [("memory_bandwidth",
+                              "ValueError: DRAM buffer sizes must be positive; got [-1048576] bytes")]
     profile = json.loads((tmp_path / "p.json").read_text())["params"]
     assert {"launch.overhead_us", "launch.latency_us", "launch.graph_node_us"} <= set(profile)
     assert not any(name.startswith("memory.dram") for name in profile)

@@ -33,8 +33,8 @@ progress = True          # progress bars (calib run turns them off)'''
 SETUP = '''{environment}from calib.calibration import Calibration
 from calib.timing import StoppingRule
 
-cal = Calibration("{id}", backend=backend, sim_spec=sim_spec, device=device, db=db, output_dir=output_dir,
-                  label=label, seed=seed, progress=progress,
+cal = Calibration("{id}", backend=backend, sim_spec=sim_spec, device=device, db=db,
+                  output_dir=output_dir, label=label, seed=seed, progress=progress,
                   rule=StoppingRule(rel_precision=rel_precision, budget_s=budget_s, max_samples=max_samples))
 print(cal.banner())'''
 

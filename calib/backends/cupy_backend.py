@@ -90,7 +90,8 @@ class CupyBackend(Backend):
                 pass
         if reading.get("max_sm_mhz"):
             device["max_sm_mhz"] = reading["max_sm_mhz"]
-        software = software_fingerprint(driver=reading.get("driver") or f"cuda-driver-api {drv // 1000}.{drv % 1000 // 10}",
+        driver = reading.get("driver") or f"cuda-driver-api {drv // 1000}.{drv % 1000 // 10}"
+        software = software_fingerprint(driver=driver,
                                         cuda_runtime=f"{rt // 1000}.{rt % 1000 // 10}", cupy=cp.__version__,
                                         backend="cupy")
         return {k: v for k, v in device.items() if v is not None}, software
@@ -205,7 +206,8 @@ class CupyBackend(Backend):
             reason = rule.stop_reason(np.asarray(samples))
         protocol = {"timer": "host clock", "warmup_launches": WARMUP_LAUNCHES, "rule": rule.to_dict(),
                     "perf_config": perf_config or {}}
-        return Measurement(np.asarray(samples), stop_reason=reason, protocol=protocol, clocks=merge_readings([self.clocks.read()]))
+        return Measurement(np.asarray(samples), stop_reason=reason, protocol=protocol,
+                           clocks=merge_readings([self.clocks.read()]))
 
     def compile_report(self, buffered: list[int]) -> list[dict]:
         return calibrations.get("registers").compile_report(self, buffered)

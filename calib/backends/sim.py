@@ -119,7 +119,8 @@ class SimBackend(Backend):
         samples = true_us[:, None] * (1.0 + noise["rel_sd"] * self.rng.standard_normal(shape))
         if noise["outlier_rate"] > 0:
             hit = self.rng.random(shape) < noise["outlier_rate"]
-            samples = np.where(hit, samples * (1.0 + noise["outlier_scale"] * self.rng.exponential(1.0, shape)), samples)
+            slowed = samples * (1.0 + noise["outlier_scale"] * self.rng.exponential(1.0, shape))
+            samples = np.where(hit, slowed, samples)
         return np.maximum(samples, 1e-3)
 
     def true_time_us(self, configs: list[dict]) -> np.ndarray:

@@ -43,7 +43,8 @@ def footprint_bytes(config: dict) -> int:
 def flops(config_or_frame):
     """Two flops per FMA; ``iters * ilp`` FMAs per thread."""
     c = config_or_frame
-    return 2.0 * np.asarray(c["ilp"], dtype=float) * np.asarray(c["iters"], dtype=float) * np.asarray(c["threads"], dtype=float)
+    ilp, iters, threads = (np.asarray(c[k], dtype=float) for k in ("ilp", "iters", "threads"))
+    return 2.0 * ilp * iters * threads
 
 
 def default_truth(base: dict | None = None) -> dict:

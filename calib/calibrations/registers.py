@@ -3,7 +3,8 @@
 Not a timing: the compiler's own report. Kernels that keep N fp32 elements per thread in registers
 (a persistent softmax) are compiled for N over a grid, and their register count and spill bytes
 read from the kernel attributes. ``regs = additional + slope * N`` over the points before the
-compiler starts allocating to occupancy levels instead of to need: the intercept is ``normalization.additional_registers`` (the "register overhead" that
+compiler starts allocating to occupancy levels instead of to need: the intercept is
+``normalization.additional_registers`` (the "register overhead" that
 heuristics hard-code), with a CI from the fit; the largest N compiled without spilling is
 ``normalization.max_persistent_elements_per_thread`` (exact for this compiler: no CI to speak of,
 and its record says so).
