@@ -46,8 +46,8 @@ def _session(store, spec=None):
 
 
 def _configs(n):
-    return [{"experiment": "dram", "kind": ("read", "write", "copy")[i % 3], "width_bytes": (1, 2, 4, 8, 16)[i % 5],
-             "size_bytes": (1 + i) * 2**20} for i in range(n)]
+    return [{"calibration": "memory_bandwidth", "kind": ("read", "write", "copy")[i % 3],
+             "width_bytes": (1, 2, 4, 8, 16)[i % 5], "size_bytes": (1 + i) * 2**20} for i in range(n)]
 
 
 def _worker_cmd(url, *extra, spec=None):
@@ -151,7 +151,7 @@ def _insert_0002_rows(conn):
 
     conn.execute(text("INSERT INTO session (id, label, device_name, arch, sm_count, simulated, device, software) "
                       "VALUES (1, 'old', 'NVIDIA H200', '9.0', 132, false, '{}', '{}')"))
-    small = {"experiment": "dram", "kind": "copy", "width_bytes": 16, "size_bytes": 2**20}
+    small = {"experiment": "dram", "kind": "copy", "width_bytes": 16, "size_bytes": 2**20}  # as 0002 spelled it
     config(1, small)
     config(2, {**small, "size_bytes": 2**21})
     config(3, {"experiment": "matmul", "dtype": "bf16", "k": 4096})
@@ -235,7 +235,7 @@ def _tuned(t_us, knobs, problem, **protocol):
 def test_results_keep_knobs_only_and_tuning_is_filed_under_the_problem_it_timed(db_url):
     store = Store(db_url)
     sid = _session(store)
-    point = {"experiment": "dram", "kind": "copy", "width_bytes": 16, "size_bytes": 2**24}
+    point = {"calibration": "memory_bandwidth", "kind": "copy", "width_bytes": 16, "size_bytes": 2**24}
     problem = {**point, "size_bytes": 2**26}
     [jid] = store.enqueue(sid, [point])
     a, b, c = ({"threads": 256, "blocks_per_sm": n, "unroll": 4, "layout": "strided"} for n in (1, 2, 4))
@@ -301,7 +301,7 @@ def test_killed_worker_job_is_reclaimed_and_a_raising_job_fails_with_its_error(d
     victim.wait()
     assert store.jobs_frame(sid)["state"].tolist() == ["running"]  # nobody knows yet
 
-    [bad_job] = store.enqueue(sid, [{"experiment": "no-such-experiment", "n": 1}])
+    [bad_job] = store.enqueue(sid, [{"calibration": "no-such-calibration", "n": 1}])
     rescuer = subprocess.run(_worker_cmd(db_url, "--lease-timeout-s", "2", "--heartbeat-s", "0.5", "--max-retries", "2",
                                          "--exit-when-empty", "--batch", "1", spec=spec),
                              capture_output=True, text=True, timeout=120)
@@ -310,7 +310,8 @@ def test_killed_worker_job_is_reclaimed_and_a_raising_job_fails_with_its_error(d
     assert jobs.loc[slow_job, "state"] == "completed" and jobs.loc[slow_job, "retries"] == 1
     assert "reclaimed from dead workers" in rescuer.stdout
     assert jobs.loc[bad_job, "state"] == "failed" and jobs.loc[bad_job, "retries"] == 3
-    assert "UnsupportedConfig: the simulated device has no model for 'no-such-experiment'" in jobs.loc[bad_job, "error"]
+    assert ("UnsupportedConfig: the simulated device has no model for calibration 'no-such-calibration'"
+            in jobs.loc[bad_job, "error"])
     assert len(store.frame(sid)) == 1
 
 
