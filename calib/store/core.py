@@ -247,8 +247,8 @@ class Store:
             h = descriptor_hash(descriptor)
             cid = s.scalar(select(ConfigRow.id).where(ConfigRow.descriptor_hash == h))
             if cid is None:
-                row = ConfigRow(experiment=str(descriptor.get("calibration", "")), descriptor=canonical_json(descriptor),
-                                descriptor_hash=h)
+                row = ConfigRow(experiment=str(descriptor.get("calibration", "")),
+                                descriptor=canonical_json(descriptor), descriptor_hash=h)
                 s.add(row)
                 s.flush()
                 cid = row.id
