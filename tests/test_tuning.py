@@ -272,23 +272,23 @@ def test_dram_tunes_once_per_kind_and_width_on_a_problem_the_device_decides(dram
     dram, broken = dram_on_fake_gpu
     gpu = FakeGpu()
     problem = dram.tuning_problem("copy", 16, l2_bytes=gpu.l2_bytes, memory_bytes=gpu.memory_bytes)
-    assert problem == _point("copy", 16 * gpu.l2_bytes)  # the middle of 4x to 64x L2
+    assert problem == _point("copy", 4 * gpu.l2_bytes)  # the smallest of the sweep's sizes, 4x L2
+    big = dram.measure(gpu, _point("copy", 64 * gpu.l2_bytes))  # measured first, yet not tuned on
     small = dram.measure(gpu, _point("copy", 4 * gpu.l2_bytes))
-    big = dram.measure(gpu, _point("copy", 64 * gpu.l2_bytes))
     winner = {"threads": 256, "blocks_per_sm": 4, "unroll": 4, "layout": "strided"}
     for m in (small, big):
         assert m.protocol["perf_config"] == winner and m.protocol["tuned_on"] == problem  # knobs alone
         assert "tuned_at_bytes" not in m.protocol["perf_config"] and "role" not in m.protocol
     shapes = list(dram.perf_configs("copy"))
-    assert len(small.candidates) == len(shapes) - 2 and big.candidates == []  # tuned once: the first point
-    assert all(c.protocol["role"] == "tuning" and c.protocol["tuned_on"] == problem for c in small.candidates)
+    assert len(big.candidates) == len(shapes) - 2 and small.candidates == []  # tuned once: the first point
+    assert all(c.protocol["role"] == "tuning" and c.protocol["tuned_on"] == problem for c in big.candidates)
     tuning_sizes = {size for _, size, tuning in gpu.timed if tuning}
     assert tuning_sizes == {problem["size_bytes"]}  # never at the size of whichever point came first
     checks = gpu.scratch(dram.ID)["checks"]
     assert len(checks) == len(shapes) and broken not in [c.protocol["perf_config"] for c in small.candidates]
 
     other = FakeGpu()  # the same sweep in the other order, in another process: the same problem and winner
-    first = dram.measure(other, _point("copy", 64 * other.l2_bytes))
+    first = dram.measure(other, _point("copy", 4 * other.l2_bytes))
     assert first.protocol["tuned_on"] == problem and first.protocol["perf_config"] == winner
     read = dram.measure(other, _point("read", 64 * other.l2_bytes))
     assert read.protocol["tuned_on"] == _point("read", problem["size_bytes"])

@@ -245,9 +245,6 @@ DATA_GRID_THREADS = (128, 256, 512)
 MAX_GRID_BLOCKS = 2**31 - 1
 ROTATION = 2
 TUNE_SAMPLES = 8  # a search among configs 1% or more apart: 8 samples' trimmed mean separates them
-# The tuning problem's size: the geometric middle of the sweep's span (lo_l2 to hi_l2 times the L2,
-# the span both suites share), 16x L2 on a device with room for it.
-TUNE_SPAN = SUITES["full"]
 VERIFY_BYTES = 3 * 2**20 + 48  # no launch shape divides it evenly: every tail path runs
 
 
@@ -362,12 +359,17 @@ def prepare(b, configs: list[dict]):
 
 def tuning_problem(kind: str, width: int, *, l2_bytes: int, memory_bytes: int) -> dict:
     """The problem the launch shapes of (kind, width) are tuned on, the same for every point of
-    it: the geometric middle of the sweep's span of sizes, from the device alone, so that every
-    process, worker and resumed sweep tunes on the same problem, whichever point it measures first."""
-    lo = TUNE_SPAN["lo_l2"] * l2_bytes
-    hi = min(TUNE_SPAN["hi_l2"] * l2_bytes, MAX_MEMORY_FRACTION * memory_bytes / 4)
-    mib = 1 << 20
-    size = max(1, int(round(float(np.sqrt(lo * hi)) / mib))) * mib
+    it: the smallest size of the sweep's span (4x L2 in both suites), from the device alone, so that
+    every process, worker and resumed sweep tunes on the same problem, whichever point it measures
+    first.
+
+    Why the smallest: it is where the shapes differ most in fixed cost, and the shape it picks
+    keeps the line straight over the span. Tuned at the span's geometric middle (16x L2) instead,
+    read and write picked grids sized to the data, whose achieved bandwidth grew with size (DRAM
+    read 4361 to 4611 GB/s from 5 to 64x L2): the read line's residuals were 50x its measurement
+    noise and its CI ±4.5%, against ±0.09% with shapes tuned at 4x L2 (H200, 2026-12-01,
+    bench/results/2026-12-01-h200-ceilings.md)."""
+    size = sizes("full", l2_bytes, memory_bytes, reference=True)[0]
     return {"calibration": ID, "kind": kind, "width_bytes": int(width), "size_bytes": size}
 
 
