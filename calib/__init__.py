@@ -51,17 +51,21 @@ def reset():
 def query(name: str, default=None, *, strict: bool = False):
     """Value of a parameter of this machine's profile, or ``default`` with a warning.
 
-    Never raises, except with ``strict=True``. A hit is one dictionary lookup into the validated
-    values of the default profile (heuristics call this in their hot path); everything else (the
-    first call, which loads the profile, a missing or broken parameter, an unusable profile) goes
-    through ``Profile._fallback``, which warns once per name at the caller's line.
+    Never raises, except with ``strict=True``, where every fallback is a ``ProfileError``. A hit
+    is one dictionary lookup into the validated values of the default profile (heuristics call
+    this in their hot path); everything else (the first call, which loads the profile, a missing
+    or broken parameter, an unusable profile) goes through ``Profile._fallback``, which warns once
+    per name at the caller's line.
     """
     try:
         return _hot._values[name]
-    except (KeyError, TypeError):
-        return default_profile()._fallback(name, default, strict, 3)
+    except Exception:  # a miss, or a name that cannot be hashed
+        return default_profile()._fallback(name, default, strict)
 
 
 def record(name: str) -> Parameter:
-    """The full record (value, CI, unit, n, method, flags, source) of a parameter."""
+    """The full record (value, CI, unit, n, method, flags, source) of a parameter.
+
+    Raises ``ProfileError`` (only) where ``query`` would return the default.
+    """
     return default_profile().record(name)

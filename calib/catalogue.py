@@ -35,6 +35,20 @@ def info(name: str) -> ParameterInfo | None:
     return parameters().get(name)
 
 
+def kind(name: str):
+    """The kind of a parameter calib measures (``calib.profile.KINDS``: a positive rate, a time, a
+    size in bytes or a count, with the range its values can physically take), derived from its
+    unit; None for a name the catalogue does not know, or a unit no kind is defined for.
+
+    The profile loader judges a record by its own unit when that is one of the catalogue's units
+    (so that loading a profile need not import the registry) and asks the catalogue otherwise.
+    """
+    from .profile import KINDS
+
+    found = info(name)
+    return None if found is None else KINDS.get(found.unit)
+
+
 def explain_missing(name: str, have=()) -> str:
     """Text to append to "no parameter NAME": the calibration that measures it when it is a catalogue
     name (the profile simply lacks it), else the closest name the profile or the catalogue knows."""

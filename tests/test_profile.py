@@ -1,6 +1,7 @@
 """The profile library: forgiving for heuristics, strict on request, atomic and lossless on write."""
 
 import json
+import os
 import math
 import signal
 import subprocess
@@ -114,10 +115,10 @@ def test_lookup_order_explicit_env_user_shipped_empty(tmp_path, monkeypatch, fix
     write_profile(user, read_profile(fixture_path("good_h200.json")))
     env = tmp_path / "env.json"
     doc = json.loads(fixture_path("good_h200.json").read_text())
-    doc["params"][READ]["value"] = 1111.0
+    doc["params"][READ] = {"value": 1111.0, "unit": "GB/s"}  # no CI: a value outside its own CI is refused
     env.write_text(json.dumps(doc))
     explicit = tmp_path / "explicit.json"
-    doc["params"][READ]["value"] = 2222.0
+    doc["params"][READ] = {"value": 2222.0, "unit": "GB/s"}
     explicit.write_text(json.dumps(doc))
 
     origins = [o for o, _ in candidate_paths(explicit, H200)]
@@ -194,7 +195,7 @@ WRITER = textwrap.dedent("""
     from calib.profile import merge_into
     real_replace = os.replace
     def stuck_replace(src, dst):
-        open(sys.argv[2], "w").write(src)   # tell the test the temporary file is complete
+        open(sys.argv[2], "w").write(str(src))  # tell the test the temporary file is complete
         time.sleep(600)                     # ... and be killed here, before the rename
     os.replace = stuck_replace
     merge_into(sys.argv[1], {"memory.dram.read_bandwidth_gbps": {"value": 9999.0}},
@@ -220,9 +221,10 @@ def test_writer_killed_mid_write_leaves_old_profile_intact(tmp_path):
         proc.wait()
     assert path.read_bytes() == before
     assert read_profile(path).query(READ, 0.0) == 4460.0
-    # the lock died with the writer: the next writer gets through
+    # the lock died with the writer: the next writer gets through, and removes what the dead one left
     merge_into(path, {"launch.latency_us": {"value": 5.0}}, device={"name": "NVIDIA H200"}, software={})
     assert set(read_profile(path).names()) == {READ, "launch.latency_us"}
+    assert not tmp_file.exists() and not list(tmp_path.glob(".p.json.*.tmp"))
 
 
 MERGER = textwrap.dedent("""
@@ -359,3 +361,450 @@ def test_user_folder_is_what_platformdirs_says(monkeypatch, xdg):
     else:
         monkeypatch.setenv("XDG_DATA_HOME", xdg)
     assert user_profiles_dir() == Path(platformdirs.user_data_dir("calib")) / "profiles"
+
+
+# ----------------------------------------------------------------------------------------------
+# bad input (issue 10): never crash, hang or lose data. tests/test_profile_fuzz.py throws a
+# thousand malformed profiles at every route; these pin each class by an example.
+
+def _lenient_and_strict(path, name=READ, default=1300.0):
+    """What a heuristic gets from ``path`` (lenient, with the warnings) and that strict mode says
+    so with a ProfileError and nothing else."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = load_profile(path, device=None).query(name, default)
+    with pytest.raises(ProfileError):
+        load_profile(path, device=None, strict=True).query(name, default, strict=True)
+    return value, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("name, expect", [
+    ("not_utf8_unit.json", r"is not UTF-8 text: byte 0xb5 at offset \d+"),
+    ("schema_minus_one.json", r"'schema' is 'calib.profile/-1': its version is not a whole number"),
+])
+def test_a_file_query_used_to_crash_on_is_refused_with_a_message(fixture_path, name, expect):
+    # before: UnicodeDecodeError and KeyError escaped query's "never raises"
+    path = fixture_path(name)
+    with pytest.raises(ProfileError, match=expect):
+        read_profile(path)
+    value, messages = _lenient_and_strict(path)
+    assert value == 1300.0 and messages and all(str(path) in m for m in messages)
+
+
+def test_diagnostics_that_are_not_an_object_cost_only_their_record(fixture_path):
+    # before: TypeError from dict() of a list of pairs that are not pairs, or of a string
+    p = read_profile(fixture_path("diagnostics_not_an_object.json"))
+    for name in (READ, "memory.dram.write_bandwidth_gbps"):
+        with pytest.warns(ParameterWarning, match="'diagnostics' must be an object"):
+            assert p.query(name, 1.0) == 1.0
+    assert p.query("memory.dram.copy_bandwidth_gbps", 1.0) == 4300.0
+
+
+@pytest.mark.parametrize("what, text", [
+    ("deep nesting", '{"schema": "calib.profile/1", "params": {"x": ' + "[" * 100_000 + "]" * 100_000 + "}}"),
+    ("nesting that parses but breaks repr later", '{"schema": "calib.profile/1", "params": {"%s": {"value": 1.0, '
+     '"diagnostics": {"d": ' % READ + "[" * 900 + "]" * 900 + "}}}}"),
+    ("an integer over 4,300 digits", '{"schema": "calib.profile/1", "params": {"%s": %s}}' % (READ, "7" * 5000)),
+    ("an integer too large for a float", '{"schema": "calib.profile/1", "params": {"%s": %s}}' % (READ, "7" * 400)),
+    ("a CI bound too large for a float", '{"schema": "calib.profile/1", "params": {"%s": {"value": 4460.0, '
+     '"ci95": [1, %s], "unit": "GB/s"}}}' % (READ, "9" * 400)),
+    ("a device field too large for a float", '{"schema": "calib.profile/1", "device": {"memory_bytes": %s}, '
+     '"params": {"%s": 4460.0}}' % ("9" * 400, READ)),
+    ("a schema version of 5,000 digits", '{"schema": "calib.profile/%s"}' % ("9" * 5000)),
+    ("a schema version 0", '{"schema": "calib.profile/0", "params": {}}'),
+    ("flags that are not strings", '{"schema": "calib.profile/1", "params": {"%s": {"value": 4460.0, '
+     '"flags": [["x"]], "unit": "GB/s"}}}' % READ),
+    ("n that is text", '{"schema": "calib.profile/1", "params": {"%s": {"value": 4460.0, "n": "8", '
+     '"unit": "GB/s"}}}' % READ),
+    ("a NUL in the unit", '{"schema": "calib.profile/1", "params": {"%s": {"value": 4460.0, '
+     '"unit": "GB/s\\u0000"}}}' % READ),
+])
+def test_malformed_profiles_give_the_default_and_strict_a_profile_error(tmp_path, what, text):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    value, messages = _lenient_and_strict(path, default=1300.0)
+    assert value == 1300.0, what
+    assert messages and all(str(path) in m for m in messages), messages
+    # what a record keeps must stay printable and writable: the CLI prints it, writers dump it
+    try:
+        p = read_profile(path)
+    except ProfileError:
+        return
+    for rec in p.parameters().values():
+        repr(rec), str(rec)
+    json.dumps(p.to_document())
+
+
+def test_a_profile_in_a_folder_that_cannot_be_entered_is_refused_not_raised(tmp_path):
+    # before: Path.exists() raised PermissionError (or OSError for a name too long) out of load_profile
+    long_name = tmp_path / ("x" * 300 + ".json")
+    value, messages = _lenient_and_strict(long_name)
+    assert value == 1300.0 and all(str(long_name) in m for m in messages)
+    under_a_file = tmp_path / "a_file"
+    under_a_file.write_text("{}")
+    value, messages = _lenient_and_strict(under_a_file / "p.json")  # ENOTDIR: does not exist
+    assert value == 1300.0 and any("does not exist" in m for m in messages)
+
+
+UNREADABLE_FOLDER = textwrap.dedent("""
+    import os, sys, warnings
+    warnings.simplefilter("ignore")
+    import calib
+    from calib.profile import ProfileError, load_profile, read_profile
+    path = sys.argv[1]
+    assert load_profile(path, device=None).query("memory.dram.read_bandwidth_gbps", 7.0) == 7.0
+    for call in (lambda: read_profile(path), lambda: load_profile(path, device=None, strict=True)):
+        try:
+            call()
+        except ProfileError as exc:
+            assert "Permission denied" in str(exc), exc
+        else:
+            raise AssertionError("no ProfileError")
+    os.environ["CALIB_PROFILE"] = path
+    assert calib.query("memory.dram.read_bandwidth_gbps", 7.0) == 7.0
+    del os.environ["CALIB_PROFILE"]
+    os.environ["XDG_DATA_HOME"] = os.path.dirname(os.path.dirname(os.path.dirname(path)))
+    calib.reset()
+    assert calib.query("memory.dram.read_bandwidth_gbps", 7.0) == 7.0  # the user folder cannot be entered
+    print("ok")
+""")
+
+
+def test_a_profile_that_cannot_be_opened_is_refused_on_every_route(tmp_path, monkeypatch, fixture_path):
+    """Permission denied on the profile or a folder above it, as the file system says it to a user
+    who may not enter: simulated by os.open, so that it runs as root too (root enters every folder;
+    the next test checks real permissions where it can)."""
+    folder = tmp_path / "xdg-data" / "calib" / "profiles"
+    folder.mkdir(parents=True)
+    profile = folder / "nvidia-h200.json"
+    profile.write_text(fixture_path("good_h200.json").read_text())
+    real_open = os.open
+
+    def denied(path, *args, **kwargs):
+        if str(path).startswith(str(folder)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", denied)
+    monkeypatch.setattr(Path, "exists", lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    value, messages = _lenient_and_strict(profile)
+    assert value == 1300.0 and all("Permission denied" in m and str(profile) in m for m in messages)
+    with pytest.warns(ProfileWarning, match="Permission denied"):  # the user folder: the lookup goes on
+        assert load_profile(device=H200, software=None).origin == "shipped"
+    monkeypatch.setenv("CALIB_PROFILE", str(profile))
+    with pytest.warns(ProfileWarning, match="Permission denied"):
+        assert calib.query(READ, 7.0) == 7.0
+    with pytest.raises(ProfileError, match="Permission denied"):
+        calib.record(READ)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="POSIX permissions")
+def test_a_profile_in_an_unreadable_folder_is_refused_for_a_user_who_cannot_enter_it(fixture_path):
+    """Real permissions. Root enters every folder, so as root the check runs as the unprivileged
+    user ``nobody``, where ``nobody`` can run this Python."""
+    import shutil
+    import tempfile
+
+    run_as = {}
+    if os.geteuid() == 0:
+        run_as = {"user": 65534, "group": 65534, "extra_groups": []}
+        try:
+            subprocess.run([sys.executable, "-c", "import calib"], check=True, capture_output=True, timeout=60,
+                           **run_as)
+        except (OSError, subprocess.CalledProcessError):
+            pytest.skip("running as root, and user nobody cannot run this Python (its folder is root's); the "
+                        "previous test covers the same refusal with a simulated EACCES")
+    base = Path(tempfile.mkdtemp(prefix="calib-unreadable-"))
+    try:
+        base.chmod(0o755)
+        folder = base / "calib" / "profiles"
+        folder.mkdir(parents=True)
+        profile = folder / "nvidia-h200.json"
+        profile.write_text(fixture_path("good_h200.json").read_text())
+        folder.chmod(0o000)
+        env = {k: v for k, v in os.environ.items() if k not in ("CALIB_PROFILE", "XDG_DATA_HOME")}
+        env["HOME"] = str(base)
+        out = subprocess.run([sys.executable, "-c", UNREADABLE_FOLDER, str(profile)], capture_output=True, text=True,
+                             timeout=120, env=env, **run_as)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(base)
+
+
+class _Hang(Exception):
+    pass
+
+
+@pytest.fixture
+def deadline():
+    """Fail a test that blocks (a FIFO opened for reading waits for a writer forever) rather than
+    hang the suite: SIGALRM interrupts the blocked call."""
+    if not hasattr(signal, "setitimer"):
+        pytest.skip("needs SIGALRM")
+
+    def alarm(signum, frame):
+        raise _Hang("blocked for 10 s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, 10)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_special_files_are_refused_without_reading_them(tmp_path, deadline, monkeypatch):
+    # before: a FIFO blocked every route forever; /dev/zero was read until memory ran out
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.truncate(calib.profile.MAX_PROFILE_BYTES + 1)  # sparse: costs no disk
+    cases = {fifo: "is a FIFO", Path("/dev/zero"): "is a character device", tmp_path: "is a directory",
+             big: f"more than the {calib.profile.MAX_PROFILE_BYTES}"}
+    for path, expect in cases.items():
+        with pytest.raises(ProfileError, match=expect):
+            read_profile(path)
+        value, messages = _lenient_and_strict(path)
+        assert value == 1300.0 and all(str(path) in m for m in messages)
+    monkeypatch.setenv("CALIB_PROFILE", str(fifo))
+    with pytest.warns(ProfileWarning, match="is a FIFO"):
+        assert calib.query(READ, 1300.0) == 1300.0
+    monkeypatch.delenv("CALIB_PROFILE")
+    user = calib.profile.user_profiles_dir()
+    user.mkdir(parents=True)
+    os.mkfifo(user / "nvidia-h200.json")
+    with pytest.warns(ProfileWarning, match="is a FIFO"):
+        p = load_profile(device=H200, software=None)
+    assert p.origin != "user"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_file_swapped_for_a_fifo_after_a_check_cannot_block_the_read(tmp_path, deadline, monkeypatch):
+    """The type is taken from the opened descriptor: a path that was a file when looked at and is a
+    FIFO when opened (a race, or a hostile swap) is refused, not waited on."""
+    path = tmp_path / "p.json"
+    os.mkfifo(path)
+    monkeypatch.setattr(Path, "exists", lambda self: True)
+    monkeypatch.setattr(Path, "is_file", lambda self: True)
+    with pytest.raises(ProfileError, match="is a FIFO"):
+        read_profile(path)
+
+
+def test_implausible_values_are_refused_with_the_file_and_the_parameter(fixture_path):
+    path = fixture_path("implausible_values.json")
+    p = read_profile(path)
+    refused = {
+        READ: "the value is True, not a number of GB/s",
+        "memory.dram.write_bandwidth_gbps": "is -4400.0 GB/s: a rate is positive",
+        "memory.dram.copy_bandwidth_gbps": "is 0 GB/s: a rate is positive",
+        "memory.dram.read_bandwidth_gbps.align1": "is 5e-324 GB/s, outside what any GPU can have",
+        "memory.dram.read_bandwidth_gbps.align2": r"is 1e\+308 GB/s, outside what any GPU can have",
+        "memory.dram.read_bandwidth_gbps.align4": r"4700.0 lies outside its own ci95 \[4615.0, 4629.0\]",
+        "memory.dram.read_bandwidth_gbps.align8": r"'ci95' \[4669.0, 4659.0\] ends below where it starts",
+        "memory.dram.read_bandwidth_gbps.align16": "its unit is 'MB/s', but calib measures it in 'GB/s'",
+        "memory.dram.write_bandwidth_gbps.align8": "is 1e-300 GB/s, outside",  # no unit: the catalogue's
+        "launch.latency_us": "is 0.0 us: a time is positive",
+        "memory.l2.capacity_bytes": r"is 1e\+300 bytes, outside",
+        "compute.fp32.fma_tflops": "is 61000000.0 TFLOP/s, outside",
+        "matmul.splitk.elements_reduced_per_second": "is -1.0 elements/s: a rate is positive",
+        "normalization.additional_registers": "is -3 count: a count is positive",
+    }
+    for name, expect in refused.items():
+        with pytest.warns(ParameterWarning) as caught:
+            assert p.query(name, "default") == "default"
+        message = str(caught[0].message)
+        assert str(path) in message and repr(name) in message, message
+        assert __import__("re").search(expect, message), (name, message)
+        with pytest.raises(ProfileError, match=expect):
+            p.query(name, "default", strict=True)
+    # good values pass, a value on its CI's end included; names calib does not measure keep the generic checks
+    assert p.query("memory.dram.copy_bandwidth_gbps.align16", 0.0) == 4295.2
+    assert p.query("normalization.max_persistent_elements_per_thread", 0.0) == 226.0
+    assert p.query("my.own.offset", 0) == -5 and p.query("my.own.use_atomics", False) is True
+
+
+def test_a_hand_written_bandwidth_of_true_is_refused_through_the_catalogue(tmp_path):
+    path = tmp_path / "v0.json"
+    path.write_text(json.dumps({READ: True, "launch.latency_us": -2, "normalization.additional_registers": 40,
+                                "matmul.splitk.use_atomics": True}))
+    p = read_profile(path)
+    with pytest.warns(ParameterWarning, match="not a number of GB/s"):
+        assert p.query(READ, 1300.0) == 1300.0
+    with pytest.warns(ParameterWarning, match="a time is positive"):
+        assert p.query("launch.latency_us", 5.0) == 5.0
+    assert p.query("normalization.additional_registers", 0) == 40
+    assert p.query("matmul.splitk.use_atomics", False) is True
+
+
+def test_loading_a_profile_whose_records_state_their_units_does_not_import_the_catalogue(fixture_path):
+    code = ("import sys, calib\nfrom calib.profile import read_profile\n"
+            f"p = read_profile({str(fixture_path('good_h200.json'))!r})\n"
+            "assert len(p.parameters()) == 2 and not any(isinstance(r, Exception) for r in p.parameters().values())\n"
+            "print('calib.catalogue' in sys.modules, 'calib.calibrations' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_every_catalogue_unit_has_a_kind():
+    from calib import catalogue
+    from calib.profile import KINDS
+
+    units = {info.unit for info in catalogue.parameters().values()}
+    assert units <= set(KINDS), f"units without a kind in calib.profile.KINDS: {units - set(KINDS)}"
+    for name in catalogue.parameters():
+        assert catalogue.kind(name) is KINDS[catalogue.info(name).unit]
+    assert catalogue.kind("my.own.parameter") is None
+
+
+def test_the_shipped_profile_passes_every_check():
+    shipped = Path(__file__).resolve().parent.parent / "profiles" / "nvidia-h200.json"
+    faults = {n: str(r) for n, r in read_profile(shipped).parameters().items() if isinstance(r, ProfileError)}
+    assert faults == {}
+
+
+def test_every_per_parameter_warning_names_the_file(fixture_path):
+    # before: "parameter 'X': 'value' is nan" without the file it came from
+    path = fixture_path("nan_value.json")
+    p = read_profile(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p.query(READ, 1.0)
+        p.query("memory.dram.write_bandwidth_gbps", 1.0)
+        p.query(None, 1.0)
+    assert len(caught) == 3 and all(str(path) in str(w.message) for w in caught)
+    with pytest.raises(ProfileError, match=str(path)):
+        p.record(READ)
+    # the report shows the file once, above the parameters: its per-parameter errors do not repeat it
+    assert str(path) not in str(p.parameters()[READ])
+
+
+def test_the_empty_profile_names_the_files_it_looked_for(tmp_path, monkeypatch):
+    monkeypatch.setattr("calib.profile.shipped_profiles_dir", lambda: tmp_path / "shipped")
+    p = load_profile(device=H200, software=None)
+    assert p.origin == "empty"
+    with pytest.warns(ParameterWarning) as caught:
+        p.query(READ, 1.0)
+    message = str(caught[0].message)
+    assert str(calib.profile.user_profiles_dir() / "nvidia-h200.json") in message
+    assert str(tmp_path / "shipped" / "nvidia-h200.json") in message
+
+
+def test_warnings_from_the_first_calib_query_and_record_point_at_the_caller(monkeypatch, fixture_path):
+    """The first call loads the profile; a broken one warns from inside that load, three or four
+    frames down, and the warning must still point at the heuristic's line (before: calib/__init__.py)."""
+    monkeypatch.setenv("CALIB_PROFILE", str(fixture_path("truncated.json")))
+    monkeypatch.setattr("calib.fingerprint.detect_current", lambda index=0: None)
+    for first_call in (lambda: calib.query(READ, 1.0), lambda: calib.record(READ)):
+        calib.reset()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                first_call()
+            except ProfileError:
+                pass
+        assert caught and all(w.filename == __file__ for w in caught), [(w.filename, str(w.message)) for w in caught]
+    monkeypatch.setenv("CALIB_PROFILE", str(fixture_path("nan_value.json")))
+    calib.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calib.query(READ, 1.0)
+        calib.query(READ, 1.0)
+    assert [w.filename for w in caught] == [__file__]
+    with pytest.warns(ProfileWarning) as caught:
+        load_profile(fixture_path("truncated.json"), device=None)
+    assert caught[0].filename == __file__
+
+
+# ----------------------------------------------------------------------------------------------
+# writes that lose nothing (issue 10, item 5)
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX modes")
+def test_writes_keep_the_mode_of_the_file_they_replace(tmp_path, umask_022):
+    # before: every write left a 0600 file (mkstemp's), unreadable to the others sharing the profile
+    path = tmp_path / "p.json"
+    merge_into(path, {READ: {"value": 1.0}}, device=H200, software=H200_SW)
+    assert path.stat().st_mode & 0o777 == 0o644  # a new file: 0666 less the umask, like any new file
+    path.chmod(0o664)
+    merge_into(path, {"launch.latency_us": {"value": 2.0}}, device=H200, software=H200_SW)
+    assert path.stat().st_mode & 0o777 == 0o664
+    path.chmod(0o640)
+    write_profile(path, read_profile(path))
+    assert path.stat().st_mode & 0o777 == 0o640
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symbolic links")
+def test_writes_go_through_a_symbolic_link_to_its_target(tmp_path):
+    # before: the link was replaced by a plain file and the shared target never updated
+    target = tmp_path / "shared" / "h200.json"
+    merge_into(target, {READ: {"value": 1.0}}, device=H200, software=H200_SW)
+    link = tmp_path / "p.json"
+    link.symlink_to(target)
+    merge_into(link, {"launch.latency_us": {"value": 2.0}}, device=H200, software=H200_SW)
+    write_profile(link, read_profile(link))
+    assert link.is_symlink() and set(read_profile(target).names()) == {READ, "launch.latency_us"}
+    assert not list(tmp_path.glob("p.json.*")) and not list(tmp_path.glob(".p.json.*"))
+
+
+def test_a_later_writer_removes_the_temporary_files_of_dead_writers(tmp_path):
+    path = tmp_path / "p.json"
+    merge_into(path, {READ: {"value": 1.0}}, device=H200, software=H200_SW)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = [tmp_path / f".p.json.{dead_pid}.0123abcd.tmp", tmp_path / ".p.json.k3j4h5_2.tmp"]  # the latter: mkstemp's
+    live = tmp_path / f".p.json.{os.getppid()}.89abcdef.tmp"  # a live process's: maybe mid-write elsewhere
+    other = tmp_path / ".q.json.123.tmp"  # another profile's
+    for f in (*stale, live, other):
+        f.write_text("{half")
+    merge_into(path, {"launch.latency_us": {"value": 2.0}}, device=H200, software=H200_SW)
+    assert not any(f.exists() for f in stale) and live.exists() and other.exists()
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_merge_into_a_directory_is_refused_and_the_directory_kept(tmp_path, replace):
+    # before: the user's directory was renamed to DIR.corrupt-<time>
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    (folder / "mine.txt").write_text("keep me")
+    with pytest.raises(ProfileError, match="is a directory"):
+        merge_into(folder, {READ: {"value": 1.0}}, device=H200, software=H200_SW, replace=replace)
+    with pytest.raises(ProfileError, match="is a directory"):
+        write_profile(folder, Profile({READ: {"value": 1.0}}))
+    assert (folder / "mine.txt").read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "profiles", "profiles.lock"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_merge_into_a_fifo_is_refused_without_blocking(tmp_path, deadline):
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ProfileError, match="is a FIFO"):
+        merge_into(fifo, {READ: {"value": 1.0}}, device=H200, software=H200_SW)
+    assert fifo.is_fifo()
+
+
+def test_corrupt_profiles_moved_aside_in_one_second_keep_both_backups(tmp_path, monkeypatch):
+    monkeypatch.setattr("calib.profile.utc_now", lambda: "2026-12-01T12:00:00Z")
+    path = tmp_path / "p.json"
+    for text in ("{ first half", "{ second half"):
+        path.write_text(text)
+        with pytest.warns(ProfileWarning, match="moved it to"):
+            merge_into(path, {READ: {"value": 1.0}}, device=H200, software=H200_SW)
+    backups = sorted(tmp_path.glob("p.json.corrupt-*"))
+    assert [b.read_text() for b in backups] == ["{ first half", "{ second half"]
+
+
+def test_write_errors_are_profile_errors_that_name_the_file(tmp_path):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    with pytest.raises(ProfileError, match="cannot write profile"):
+        merge_into(blocker / "p.json", {READ: {"value": 1.0}}, device=H200, software=H200_SW)
