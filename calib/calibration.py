@@ -19,7 +19,8 @@ from pathlib import Path
 from . import calibrations
 from .backends import get_backend, resolve_backend_name
 from .gpulock import GpuLock
-from .profile import ProfileError, Parameter, _write_atomic, utc_now
+from .profile import ProfileError, Parameter, _write_atomic
+from .timestamps import utc_now
 from .store import Store, default_url
 from .sweep import run_sweep
 from .timing import StoppingRule

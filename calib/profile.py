@@ -72,9 +72,9 @@ class ParameterWarning(CalibWarning):
 
 
 def utc_now() -> str:
-    import datetime as _dt  # only writers need the time; `import calib` should not pay for datetime
+    from .timestamps import utc_now as now  # only writers need the time: `import calib` does not pay for it
 
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return now()
 
 
 # The modules a profile warning passes through on its way out; ``_warn`` points past them.

@@ -23,7 +23,8 @@ from .errors import CalibError
 from .backends import get_backend, resolve_backend_name
 from .calibration import (MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, TURN_READY_ENV, TURN_WAIT_ENV,
                           read_fragment)
-from .profile import merge_into, user_profiles_dir, utc_now
+from .profile import merge_into, user_profiles_dir
+from .timestamps import utc_now
 
 # Every suite runs every notebook (one per calibration of the registry, named by its id); the suite
 # picks each notebook's grid (passed as `suite`).
