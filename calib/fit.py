@@ -107,8 +107,11 @@ class LinearTimeFit:
         return _record(self.intercept_us, self.intercept_ci95, unit, self, flags, source,
                        ci_method="intercept CI")
 
-    def plot_line(self, *, title: str = "", x_label: str = "x", x_scale: float = 1.0, ax=None):
-        """The measured times against the work, with the fitted line: the model at a glance."""
+    def plot_line(self, *, title: str = "", x_label: str = "x", x_scale: float = 1.0, ax=None,
+                  record: dict | None = None):
+        """The measured times against the work, with the fitted line: the model at a glance. With
+        the parameter's ``record``, the legend states the estimate and its 95% CI, so the figure
+        says what was concluded from it."""
         import matplotlib.pyplot as plt
 
         if ax is None:
@@ -116,8 +119,12 @@ class LinearTimeFit:
         else:
             fig = ax.figure
         order = np.argsort(self.x)
+        fit_label = "fit"
+        if record and record.get("ci95"):
+            lo, hi = record["ci95"]
+            fit_label = f"fit: {record['value']:.5g} {record.get('unit', '')} (95% CI {lo:.5g} to {hi:.5g})"
         ax.plot(self.x / x_scale, self.t_us, "o", ms=4, label="measured")
-        ax.plot(self.x[order] / x_scale, self.fitted_us[order], "-", lw=1, label="fit")
+        ax.plot(self.x[order] / x_scale, self.fitted_us[order], "-", lw=1, label=fit_label)
         ax.set(xlabel=x_label, ylabel="time (us)", title=title)
         ax.legend(fontsize=8)
         return fig
@@ -135,7 +142,8 @@ class LinearTimeFit:
         a0.scatter(self.fitted_us, self.std_resid, s=14)
         a0.set(xlabel="fitted time (us)", ylabel="standardized residual")
         a1.scatter(self.x / x_scale, self.std_resid, s=14)
-        a1.set(xlabel=x_label, ylabel="standardized residual", xscale="log")
+        # symlog where a point sits at zero work (the intercept's anchor): a log axis would drop it
+        a1.set(xlabel=x_label, ylabel="standardized residual", xscale="log" if np.all(self.x > 0) else "symlog")
         for ax in (a0, a1):
             ax.axhline(0, color="k", lw=0.8)
             ax.axhline(OUTLIER_Z, color="r", lw=0.6, ls=":")
