@@ -57,7 +57,7 @@ def _worker_cmd(url, *extra, spec=None):
 
 def test_fresh_database_is_at_the_newest_schema(db_url):
     store = Store(db_url)
-    assert store.schema_revision() == "0003"
+    assert store.schema_revision() == "0004"
     with store.engine.connect() as c:
         assert c.execute(text("SELECT count(*) FROM winner")).scalar() == 0
 
@@ -81,7 +81,7 @@ def test_older_schema_is_migrated_with_its_data(db_url):
                           "'{}', '{}', '[]')"))
     engine.dispose()
     store = Store(db_url)
-    assert store.schema_revision() == "0003"
+    assert store.schema_revision() == "0004"
     frame = store.frame(1)
     assert frame["time_us"].tolist() == [12.5] and store.samples(int(frame["result_id"][0])) == [12.4, 12.5, 12.6]
 
@@ -95,7 +95,7 @@ def test_calib_01_database_without_alembic_is_adopted(tmp_path):
         command.upgrade(Store.__new__(Store)._alembic_config(c), "0001")
         c.execute(text("DROP TABLE alembic_version"))
     engine.dispose()
-    assert Store(url).schema_revision() == "0003"
+    assert Store(url).schema_revision() == "0004"
 
 
 def test_newer_schema_is_refused_clearly(db_url):
@@ -181,7 +181,7 @@ def test_0003_moves_bookkeeping_out_of_perf_configs_and_drops_kind_tables(db_url
         small, fast = _insert_0002_rows(conn)
     engine.dispose()
     store = Store(db_url)
-    assert store.schema_revision() == "0003"
+    assert store.schema_revision() == "0004"
     with store.engine.connect() as c:
         tables = set(inspect(c).get_table_names())
         assert "config_conv" not in tables and "config_gemm" not in tables

@@ -105,3 +105,84 @@ class ResultRow(Base):
     clocks: Mapped[dict] = mapped_column(JSON)
     warnings: Mapped[list] = mapped_column(JSON)
     created: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+# -- the autotune cache (migration 0004) ------------------------------------------------------
+# One entry per (family, descriptor key, device key): the device key hashes the hard device fields
+# (name, compute capability, SM count), so another GPU's entries never answer for this one. Soft
+# fields (driver, CUDA, CuPy, library and calib versions, the timing protocol) are kept per entry and
+# per timing, so that a version change makes entries stale one by one, never a whole file. Every
+# candidate's timing is a row of its own: adding a candidate to a family times only the new one.
+
+
+class AutotuneEntryRow(Base):
+    """A problem of a family on a device, and the candidate the timings below chose."""
+
+    __tablename__ = "autotune_entry"
+    __table_args__ = (UniqueConstraint("family", "descriptor_key", "device_key", name="uq_autotune_entry_key"),
+                      Index("ix_autotune_entry_family_device", "family", "device_key"))
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    family: Mapped[str] = mapped_column(String(128))
+    descriptor_key: Mapped[str] = mapped_column(String(64))
+    device_key: Mapped[str] = mapped_column(String(64))
+    descriptor: Mapped[str] = mapped_column(Text)  # canonical JSON (calib.autotune.descriptors)
+    device: Mapped[dict] = mapped_column(JSON)  # the hard fields the device key hashes
+    software: Mapped[dict] = mapped_column(JSON)  # soft fields when the winner was last decided or verified
+    protocol: Mapped[dict] = mapped_column(JSON)  # timing protocol and decision rule
+    winner: Mapped[str | None] = mapped_column(Text)  # candidate id (canonical JSON)
+    winner_time_us: Mapped[float | None] = mapped_column(Float)
+    tied: Mapped[list | None] = mapped_column(JSON)  # candidate ids within noise of the fastest
+    offered: Mapped[list | None] = mapped_column(JSON)  # candidate ids, preference order, when decided
+    source: Mapped[str] = mapped_column(String(16), default="tuned")  # tuned | imported | verified
+    provenance: Mapped[dict | None] = mapped_column(JSON)  # who, when, which machine (and imported from)
+    created: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+    updated: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class AutotuneTimingRow(Base):
+    """One candidate of one entry: its samples and CI, or why it was rejected or skipped."""
+
+    __tablename__ = "autotune_timing"
+    __table_args__ = (UniqueConstraint("entry_id", "candidate", name="uq_autotune_timing_candidate"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    entry_id: Mapped[int] = mapped_column(ForeignKey("autotune_entry.id", ondelete="CASCADE"), index=True)
+    candidate: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16))  # ok | wrong | unsupported | skipped
+    reason: Mapped[str | None] = mapped_column(Text)
+    time_us: Mapped[float | None] = mapped_column(Float)  # Measurement.center_us
+    se_us: Mapped[float | None] = mapped_column(Float)
+    ci_low_us: Mapped[float | None] = mapped_column(Float)
+    ci_high_us: Mapped[float | None] = mapped_column(Float)
+    n_samples: Mapped[int | None] = mapped_column(Integer)
+    samples_us: Mapped[list | None] = mapped_column(JSON)
+    software: Mapped[dict | None] = mapped_column(JSON)
+    protocol: Mapped[dict | None] = mapped_column(JSON)
+    created: Mapped[_dt.datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class AutotuneConvRow(Base):
+    """The conv2d family's descriptor in columns (after MIOpen's and rocMLIR's conv config tables),
+    so that entries can be queried by shape in SQL; the entry's canonical JSON stays the key."""
+
+    __tablename__ = "autotune_conv"
+    entry_id: Mapped[int] = mapped_column(ForeignKey("autotune_entry.id", ondelete="CASCADE"), primary_key=True)
+    direction: Mapped[str] = mapped_column(String(8))
+    batch: Mapped[int] = mapped_column(Integer)
+    in_channels: Mapped[int] = mapped_column(Integer)
+    in_h: Mapped[int] = mapped_column(Integer)
+    in_w: Mapped[int] = mapped_column(Integer)
+    out_channels: Mapped[int] = mapped_column(Integer)
+    fil_h: Mapped[int] = mapped_column(Integer)
+    fil_w: Mapped[int] = mapped_column(Integer)
+    pad_h: Mapped[int] = mapped_column(Integer)
+    pad_w: Mapped[int] = mapped_column(Integer)
+    stride_h: Mapped[int] = mapped_column(Integer)
+    stride_w: Mapped[int] = mapped_column(Integer)
+    dilation_h: Mapped[int] = mapped_column(Integer)
+    dilation_w: Mapped[int] = mapped_column(Integer)
+    groups: Mapped[int] = mapped_column(Integer)
+    in_dtype: Mapped[str] = mapped_column(String(16))
+    fil_dtype: Mapped[str] = mapped_column(String(16))
+    out_dtype: Mapped[str] = mapped_column(String(16))
+    layout: Mapped[str] = mapped_column(String(8))
+    math_mode: Mapped[str] = mapped_column(String(16))
