@@ -290,6 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
     wi.add_argument("--db", help=db_help)
     wi.add_argument("--session", type=int)
     wi.set_defaults(func=_cmd_winners)
+
+    from .autotune.cli import add_cache_parser
+
+    add_cache_parser(sub)
     return p
 
 
