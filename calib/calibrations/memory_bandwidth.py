@@ -244,6 +244,7 @@ COPY_ONLY_LAYOUTS = ("pipelined",)  # dram_copy_pipelined
 DATA_GRID_THREADS = (128, 256, 512)
 MAX_GRID_BLOCKS = 2**31 - 1
 ROTATION = 2
+LAUNCH_SHAPE_FAMILY = "memory_bandwidth.launch_shape"  # the autotune cache's family of the DRAM shapes
 TUNE_SAMPLES = 8  # a search among configs 1% or more apart: 8 samples' trimmed mean separates them
 VERIFY_BYTES = 3 * 2**20 + 48  # no launch shape divides it evenly: every tail path runs
 
@@ -376,13 +377,22 @@ def tuning_problem(kind: str, width: int, *, l2_bytes: int, memory_bytes: int) -
 def tune(b, kind: str, width: int):
     """The launch shape of (kind, width): calib.tuning over perf_configs(kind) on
     tuning_problem(), every shape checked (check_shape) before it is timed with TUNE_SAMPLES
-    samples. Remembered for the backend's life: later points of (kind, width) time nothing here."""
+    samples. Remembered for the backend's life, and across processes in the autotune cache
+    (family LAUNCH_SHAPE_FAMILY, keyed by the problem and the device's hard fields): a second
+    ``calib run`` on the same machine skips the search. A backend without a fingerprint, or
+    ``CALIB_AUTOTUNE=off``, keeps it in memory only."""
     from ..timing import StoppingRule
     from ..tuning import Tuner
 
     problem = tuning_problem(kind, width, l2_bytes=b.l2_bytes, memory_bytes=b.memory_bytes)
     size = problem["size_bytes"]
-    tuner = b.scratch(ID).setdefault("tuner", Tuner())
+    state = b.scratch(ID)
+    if "tuner" not in state:
+        from ..autotune.tuning_cache import persistent_tuning_cache
+
+        protocol = {"timer": "cuda events per launch", "tune_samples": TUNE_SAMPLES}
+        state["tuner"] = Tuner(persistent_tuning_cache(LAUNCH_SHAPE_FAMILY, b, protocol=protocol))
+    tuner = state["tuner"]
     quick = StoppingRule(min_samples=TUNE_SAMPLES, max_samples=TUNE_SAMPLES, batch=TUNE_SAMPLES)
 
     def time(perf):
