@@ -1,0 +1,1 @@
+"""Operator families tuned through the autotune cache (:mod:`calib.autotune`): ``conv2d``."""
