@@ -29,7 +29,9 @@ from typing import Callable, Iterable
 from ..errors import CalibError
 from .decide import TIE_REL, Timing, decide, significantly_slower
 from .descriptors import candidate_id, descriptor_json, descriptor_key
-from .entries import Entry, device_fields, device_key, provenance, soft_fields, stale_fields
+from .entries import (CorruptEntry, Entry, device_fields, device_key, entry_from_row, provenance, soft_fields,
+                      stale_fields)
+from .storage import AutotuneDB
 
 POLICIES = ("use", "retune", "verify")
 ENV_PERSIST = "CALIB_AUTOTUNE"  # "off": memory only
@@ -128,7 +130,9 @@ class Autotuner:
         self._db = None
         self._shipped_dir = shipped_dir
         self._memo: dict = {}
-        self._entries: dict = {}  # (family, dkey) -> Entry, user then shipped
+        self._entries: dict = {}  # (family, dkey) -> Entry of the user's database, parsed
+        self._raw: dict = {}  # (family, dkey) -> (entry row, timing rows), parsed on first use
+        self._shipped: dict = {}  # (family, dkey) -> Entry shipped in profiles/
         self._loaded: set = set()
         self._warned: set = set()
         self.corrupt: list = []  # (family, descriptor key, reason) of entries found unreadable
@@ -137,8 +141,6 @@ class Autotuner:
     @property
     def db(self):
         if self._db is None and self.persist:
-            from .storage import AutotuneDB
-
             self._db = AutotuneDB(self._url)
         return self._db
 
@@ -168,31 +170,47 @@ class Autotuner:
         self._loaded.add(family)
         shipped, bad_shipped = load_shipped(family, self.device_key, self._shipped_dir)
         for e in shipped:
-            self._entries.setdefault((family, e.descriptor_key), e)
+            self._shipped.setdefault((family, e.descriptor_key), e)
         for where, reason in bad_shipped:
             self._warn(("shipped", where), f"autotune: shipped entry {where} skipped: {reason}")
         if self.db is None:
             return
-        entries, bad = self.db.read(family, self.device_key)
-        for e in entries:
-            self._entries[(family, e.descriptor_key)] = e  # the user's entry before the shipped one
-        for row, reason in bad:
-            self.counters.corrupt += 1
-            self.corrupt.append((family, row.get("descriptor_key"), reason))
-            self._warn(("corrupt", family, row.get("descriptor_key")),
-                       f"autotune: entry {row.get('id')} of {family} ({str(row.get('descriptor_key'))[:12]}) in "
-                       f"{self.db.url} is corrupt ({reason}); it will be tuned again, the other entries are used")
-            self._entries.pop((family, row.get("descriptor_key")), None)
-            self._corrupt_keys.add((family, row.get("descriptor_key")))
+        for dkey, raw in self.db.read_raw(family, self.device_key).items():
+            self._raw[(family, dkey)] = raw
+
+    def _entry(self, family: str, dkey: str) -> Entry | None:
+        """The user's entry (parsed now if it was not yet), else the shipped one, else None. A
+        corrupt entry is reported, counted and treated as absent; the others are unaffected."""
+        e = self._entries.get((family, dkey))
+        if e is not None:
+            return e
+        raw = self._raw.pop((family, dkey), None)
+        if raw is not None:
+            row, timings = raw
+            try:
+                e = entry_from_row(row, timings)
+            except (CorruptEntry, ValueError, TypeError, KeyError) as exc:
+                self.counters.corrupt += 1
+                self.corrupt.append((family, dkey, str(exc)))
+                self._corrupt_keys.add((family, dkey))
+                self._warn(("corrupt", family, dkey),
+                           f"autotune: entry {row.get('id')} of {family} ({dkey[:12]}) in {self.db.url} is corrupt "
+                           f"({exc}); it will be tuned again, the other entries are used")
+            else:
+                self._entries[(family, dkey)] = e
+                return e
+        return self._shipped.get((family, dkey))
 
     def entry(self, family: str, descriptor) -> Entry | None:
         self._load(family)
-        return self._entries.get((family, descriptor_key(descriptor)))
+        return self._entry(family, descriptor_key(descriptor))
 
     def forget_memory(self):
         """Drop the in-process copies (the next lookup reads the database again)."""
         self._memo.clear()
         self._entries.clear()
+        self._raw.clear()
+        self._shipped.clear()
         self._loaded.clear()
 
     def _select(self, family: str, descriptor, candidates, *, time: Callable | None = None,
@@ -215,7 +233,7 @@ class Autotuner:
                 objs[cid] = c
         dkey = descriptor_key(descriptor)
         self._load(family)
-        entry = self._entries.get((family, dkey))
+        entry = self._entry(family, dkey)
         base = Entry(family=family, descriptor_key=dkey, device_key=self.device_key,
                      descriptor=descriptor_json(descriptor), device=self.device, software=self.software,
                      protocol=self.protocol, provenance=provenance())

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -76,15 +77,22 @@ ENTRY_COLS = ("id", "family", "descriptor_key", "device_key", "descriptor", "dev
 TIMING_COLS = ("candidate", "status", "reason", "time_us", "ci_low_us", "ci_high_us", "se_us", "n_samples")
 
 
+def group_rows(rows) -> dict:
+    """Joined rows grouped per entry: {entry id: (entry row, [timing rows])}, nothing parsed yet."""
+    grouped: dict = {}
+    n = len(ENTRY_COLS)
+    for row in rows:
+        slot = grouped.get(row[0])
+        if slot is None:
+            slot = grouped[row[0]] = (dict(zip(ENTRY_COLS, row[:n])), [])
+        if row[n] is not None:
+            slot[1].append(dict(zip(TIMING_COLS, row[n:])))
+    return grouped
+
+
 def parse_rows(rows, origin="user") -> tuple[list[Entry], list[tuple[dict, str]]]:
     """Entries from joined rows; the corrupt ones as (entry row, reason), never raising."""
-    grouped: dict = {}
-    for row in rows:
-        e = dict(zip(ENTRY_COLS, row[: len(ENTRY_COLS)]))
-        t = dict(zip(TIMING_COLS, row[len(ENTRY_COLS):]))
-        slot = grouped.setdefault(e["id"], (e, []))
-        if t["candidate"] is not None:
-            slot[1].append(t)
+    grouped = group_rows(rows)
     good, bad = [], []
     for e, ts in grouped.values():
         try:
@@ -117,8 +125,6 @@ class AutotuneDB:
         if path is not None:
             if not os.path.exists(path):
                 return []  # nothing stored yet; created on the first write
-            import sqlite3
-
             conn = sqlite3.connect(path, timeout=60)
             try:
                 return conn.execute(sql, params).fetchall()
@@ -131,6 +137,14 @@ class AutotuneDB:
 
         with self.store.engine.connect() as conn:
             return [tuple(r) for r in conn.execute(text(sql), params).all()]
+
+    def read_raw(self, family: str, device_key: str) -> dict:
+        """{descriptor key: (entry row, timing rows)} of a family on a device, unparsed: the
+        autotuner parses an entry when it is first asked for, so the first hit of a process does
+        not pay for parsing the whole family."""
+        grouped = group_rows(self._rows("e.family = :family AND e.device_key = :device_key",
+                                        {"family": family, "device_key": device_key}))
+        return {row["descriptor_key"]: (row, timings) for row, timings in grouped.values()}
 
     def read(self, family: str, device_key: str) -> tuple[list[Entry], list[tuple[dict, str]]]:
         return parse_rows(self._rows("e.family = :family AND e.device_key = :device_key",

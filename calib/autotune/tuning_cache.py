@@ -29,7 +29,7 @@ class PersistentTuningCache:
             return hit
         t = self.autotuner
         t._load(self.family)
-        entry = t._entries.get((self.family, key))
+        entry = t._entry(self.family, key)
         if entry is None or entry.winner is None:
             t.counters.misses += 1
             return None
