@@ -6,6 +6,10 @@ A notebook takes its GPU's lock when its first sweep starts and gives it back wh
 measuring (:meth:`calib.calibration.Calibration.release_gpu`) or when its process ends. The lock is
 an OS file lock, so a notebook that crashes or is killed never leaves the GPU locked, and two
 ``calib run`` processes on one machine take turns on a shared GPU instead of corrupting each other.
+
+The lock file is shared by every user of the machine (it lives in the temporary folder), so it is
+created readable and writable by all: a file left 0644 by the first user would lock every other
+user out of that GPU with a PermissionError.
 """
 
 from __future__ import annotations
@@ -14,6 +18,14 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+
+from .errors import CalibError
+
+LOCK_MODE = 0o666
+
+
+class GpuLockError(CalibError, PermissionError):
+    """The GPU's lock file exists but this user cannot open it (or it cannot be created)."""
 
 
 def lock_path(device: int) -> Path:
@@ -30,7 +42,8 @@ class GpuLock:
         from filelock import FileLock
 
         self.path = lock_path(device)
-        self._lock = FileLock(str(self.path), thread_local=False)  # a notebook is one holder, whatever its threads
+        # a notebook is one holder, whatever its threads
+        self._lock = FileLock(str(self.path), thread_local=False, mode=LOCK_MODE)
         self._echo = echo or (lambda text: print(text, file=sys.stderr))
 
     @property
@@ -42,12 +55,54 @@ class GpuLock:
 
         if self.held:
             return
+        _ensure_shared_file(self.path)
         try:
-            self._lock.acquire(timeout=1.0)
-        except Timeout:
-            self._echo(f"waiting for the GPU: another calib measurement holds {self.path}")
-            self._lock.acquire(timeout=-1)
+            try:
+                self._lock.acquire(timeout=1.0)
+            except Timeout:
+                self._echo(f"waiting for the GPU: another calib measurement holds {self.path}")
+                self._lock.acquire(timeout=-1)
+        except OSError as exc:
+            raise _lock_error(self.path, exc) from None
 
     def release(self):
         if self.held:
             self._lock.release(force=True)
+
+
+def _ensure_shared_file(path: Path):
+    """Create the lock file 0666 whatever the umask (os.open's mode is filtered by it; fchmod is
+    not), and make sure this user can open an existing one, before the lock library does: its
+    error would be a bare PermissionError, or a wait."""
+    try:
+        try:  # an existing file is opened without O_CREAT, which fs.protected_regular may refuse
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, LOCK_MODE)
+    except OSError as exc:
+        raise _lock_error(path, exc) from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid == os.geteuid() and st.st_mode & 0o777 != LOCK_MODE:
+            os.fchmod(fd, LOCK_MODE)  # ours: share it (also repairs a 0644 file from an older calib)
+    except OSError:
+        pass  # the lock still works for this user; another user's error will say what to do
+    finally:
+        os.close(fd)
+
+
+def _lock_error(path: Path, exc: OSError) -> GpuLockError:
+    try:
+        st = os.stat(path)
+        try:
+            import pwd
+
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except (ImportError, KeyError):
+            owner = f"uid {st.st_uid}"
+        whose = f" (owned by {owner}, mode {st.st_mode & 0o777:04o})"
+    except OSError:
+        whose = ""
+    return GpuLockError(f"cannot open the GPU lock file {path}{whose}: {exc.strerror or exc}; ask its owner to "
+                        f"'chmod 666 {path}' (or remove it while no calib runs), or set CALIB_LOCK_DIR to a "
+                        "folder every user of this machine can write")

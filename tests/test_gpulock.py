@@ -1,12 +1,17 @@
 """Measurements take turns on a GPU: the lock that `calib run`'s overlapping notebooks share."""
 
+import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
+from calib.errors import CalibError
 from calib.gpulock import GpuLock, lock_path
 
 HOLDER = """
@@ -53,3 +58,55 @@ def test_each_physical_gpu_has_its_own_lock(tmp_path, monkeypatch):
     assert time.perf_counter() - start < 0.5 and a.held and b.held
     a.acquire()  # taking it again in the same notebook is a no-op
     a.release(), b.release()
+
+
+def test_the_lock_file_is_shared_by_every_user_whatever_the_umask(request, monkeypatch):
+    """Issue 10, item 10: created 0644, the first user's lock file locked every other user out."""
+    shared = Path(tempfile.mkdtemp(prefix="calib-locks-", dir="/tmp"))  # pytest's tmp_path is 0700
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    shared.chmod(0o1777)  # like /tmp
+    monkeypatch.setenv("CALIB_LOCK_DIR", str(shared))
+    old = os.umask(0o077)  # the strictest common umask
+    try:
+        lock = GpuLock(0)
+        lock.acquire()
+        lock.release()
+    finally:
+        os.umask(old)
+    assert os.stat(lock_path(0)).st_mode & 0o777 == 0o666
+    if os.geteuid() == 0 and shutil.which("runuser"):  # a real second user opens it for writing
+        out = subprocess.run(["runuser", "-u", "nobody", "--", "sh", "-c", f"exec 3<>'{lock_path(0)}' && echo opened"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "opened", out.stderr
+
+
+def test_a_lock_file_this_user_cannot_open_is_a_clear_error(tmp_path, monkeypatch):
+    """Root opens any file, so the other user's 0644 file is simulated: os.open says EACCES."""
+    monkeypatch.setenv("CALIB_LOCK_DIR", str(tmp_path))
+    path = lock_path(0)
+    path.write_text("")
+    path.chmod(0o644)
+    real_open = os.open
+
+    def refusing_open(file, flags, *args, **kwargs):
+        if str(file) == str(path):
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return real_open(file, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    outcome = []
+
+    def take():
+        try:
+            GpuLock(0, echo=lambda _: None).acquire()
+            outcome.append("acquired")
+        except BaseException as exc:  # noqa: BLE001 - whatever escapes is the finding
+            outcome.append(exc)
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert outcome, "waited on a lock file it cannot open"
+    assert isinstance(outcome[0], CalibError), repr(outcome[0])
+    message = str(outcome[0])
+    assert str(path) in message and "mode 0644" in message and "chmod 666" in message and "CALIB_LOCK_DIR" in message
