@@ -17,7 +17,17 @@ from .profile import (CalibWarning, MissingParameterError, Parameter, ParameterW
 
 __all__ = ["__version__", "query", "record", "default_profile", "reset", "load_profile", "read_profile",
            "write_profile", "merge_into", "Profile", "Parameter", "CalibError", "ProfileError",
-           "MissingParameterError", "CalibWarning", "ProfileWarning", "ParameterWarning"]
+           "MissingParameterError", "CalibWarning", "ProfileWarning", "ParameterWarning", "parameter_frame"]
+
+
+def __getattr__(name):
+    # parameter_frame needs pandas, which `import calib` must not load: calib.display is imported
+    # on first use of the name
+    if name == "parameter_frame":
+        from .display import parameter_frame
+
+        return parameter_frame
+    raise AttributeError(f"module 'calib' has no attribute {name!r}")
 
 _default: Profile | None = None
 

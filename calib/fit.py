@@ -64,6 +64,16 @@ class LinearTimeFit:
     def n(self) -> int:
         return int(self.x.size)
 
+    def __repr__(self):  # the arrays stay out of a terminal; _repr_html_ is the table in JupyterLab
+        flags = f", {len(self.flags)} flag(s)" if self.flags else ""
+        return (f"<LinearTimeFit n={self.n}: intercept {self.intercept_us:.5g} us, slope {self.slope_us:.5g} us per "
+                f"unit, R²={self.r2:.5f}{flags}>")
+
+    def _repr_html_(self):
+        from .display import linear_fit_html
+
+        return linear_fit_html(self)
+
     @property
     def rate_per_s(self) -> float:
         return 1e6 / self.slope_us if self.slope_us > 0 else float("nan")
@@ -194,6 +204,15 @@ class FitResult:
     records: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)
     failures: dict = field(default_factory=dict)
+
+    def __repr__(self):
+        return (f"<FitResult {self.calibration}: {len(self.records)} fitted, {len(self.flagged)} flagged, "
+                f"{len(self.failures)} not fitted>")
+
+    def _repr_html_(self):
+        from .display import fit_result_html
+
+        return fit_result_html(self)
 
     @property
     def flagged(self) -> dict:

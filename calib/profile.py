@@ -224,8 +224,16 @@ class Parameter:
     def __hash__(self):  # the diagnostics dict is left out: it cannot be hashed
         return hash(tuple(getattr(self, k) for k in _FIELDS if k != "diagnostics"))
 
-    def __repr__(self):
-        return "Parameter(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in _FIELDS) + ")"
+    def __repr__(self):  # compact: the method, diagnostics and provenance are in _repr_html_ and to_record()
+        shown = [k for k in ("name", "value", "ci95", "unit", "n") if k in ("name", "value") or getattr(self, k)]
+        if self.flags:
+            shown.append("flags")
+        return "Parameter(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in shown) + ")"
+
+    def _repr_html_(self):
+        from .display import parameter_html
+
+        return parameter_html(self)
 
     def __reduce__(self):  # pickle and copy go through __init__, since __setattr__ refuses
         return (self.__class__, self._astuple())
@@ -502,6 +510,11 @@ class Profile:
     def __repr__(self):
         where = f" from {self.path}" if self.path else ""
         return f"<Profile {len(self)} params{where} ({self.origin}){' UNUSABLE' if self.unusable else ''}>"
+
+    def _repr_html_(self):
+        from .display import profile_html
+
+        return profile_html(self)
 
     def record(self, name: str) -> Parameter:
         """The full record of a parameter; raises ProfileError where ``query`` would fall back."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .display import is_bracket
 from .profile import Parameter, Profile, ProfileError
 
 
@@ -19,7 +20,9 @@ def _rows(params):
         if isinstance(p, ProfileError):
             yield {"name": name, "value": None, "ci95": "", "pm": "", "unit": "", "n": "", "flags": f"UNUSABLE: {p}"}
             continue
-        if p.ci95:
+        if p.ci95 and is_bracket(p):  # a bracket is not a CI: no "±" it does not have
+            ci, pm = f"[{_num(p.ci95[0])}, {_num(p.ci95[1])}]", "bracket"
+        elif p.ci95:
             half = (p.ci95[1] - p.ci95[0]) / 2
             ci = f"[{_num(p.ci95[0])}, {_num(p.ci95[1])}]"
             pm = f"±{half / abs(p.value):.2%}" if p.value else ""
@@ -34,9 +37,10 @@ def _num(v: float) -> str:
 
 
 def parameter_frame(params):
-    import pandas as pd
+    """Numbers as numbers: see calib.display.parameter_frame (public as calib.parameter_frame)."""
+    from .display import parameter_frame
 
-    return pd.DataFrame(list(_rows(params)))
+    return parameter_frame(params)
 
 
 def format_table(params, *, simulated: bool = False) -> str:

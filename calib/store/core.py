@@ -70,6 +70,9 @@ def _describe(exc: Exception) -> str:
 class Store:
     """A handle on one tuning database; cheap to open, safe to share between processes."""
 
+    def __repr__(self):  # the URL without its password; frame(), sessions_frame() and jobs_frame() are the tables
+        return f"<Store {self.url}{' (read-only)' if getattr(self, 'readonly', False) else ''}>"
+
     def __init__(self, url: str, *, readonly: bool = False):
         try:
             parsed = make_url(url)
