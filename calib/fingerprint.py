@@ -15,6 +15,13 @@ from ._version import __version__
 
 HARD_FIELDS = ("name", "compute_capability", "sm_count", "memory_bytes", "simulated")
 SOFT_FIELDS = ("driver", "cuda_runtime", "cupy", "calib")
+# Device settings that the numbers depend on but that do not make it another device: the clocks
+# the GPU may reach and its power limit (a power cap lowers tensor throughput). A change warns like
+# a soft field, suggesting `calib verify`. The memory bus width is recorded (calib.limits uses it)
+# but not compared: the CUDA attribute and NVML need not report one number for the same card.
+CONDITION_FIELDS = ("max_sm_mhz", "memory_clock_mhz", "power_limit_w")
+# Two readings of one setting differ by rounding (NVML reports the power limit in mW).
+_CONDITION_REL_TOLERANCE = 0.01
 
 # Two readings of the same card's memory differ by what the driver reserves (NVML vs. the CUDA
 # runtime): a few MiB out of tens of GiB. A different SKU differs by far more than this.
@@ -35,12 +42,15 @@ def device_slug(device: dict | None) -> str:
 
 
 def _same(field: str, a, b) -> bool:
-    if field == "memory_bytes":
+    tolerance = {"memory_bytes": _MEMORY_REL_TOLERANCE}.get(field)
+    if tolerance is None and field in CONDITION_FIELDS:
+        tolerance = _CONDITION_REL_TOLERANCE
+    if tolerance is not None:
         try:
             a, b = float(a), float(b)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return False
-        return abs(a - b) <= _MEMORY_REL_TOLERANCE * max(a, b)
+        return abs(a - b) <= tolerance * max(abs(a), abs(b))
     return str(a) == str(b)
 
 
@@ -67,6 +77,11 @@ def soft_differences(recorded_software: dict | None, current_software: dict | No
     return differences(recorded_software, current_software, SOFT_FIELDS)
 
 
+def condition_differences(recorded_device: dict | None, current_device: dict | None) -> list[str]:
+    """Device settings (clocks, memory bus, power limit) recorded in both that disagree."""
+    return differences(recorded_device, current_device, CONDITION_FIELDS)
+
+
 def software_fingerprint(**extra) -> dict:
     """The software this process runs; backends add driver/CUDA/CuPy versions they know."""
     out = {"calib": __version__}
@@ -91,8 +106,10 @@ def _from_nvml(index: int) -> tuple[dict, dict] | None:
         memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
         driver = pynvml.nvmlSystemGetDriverVersion()
         driver = driver.decode() if isinstance(driver, bytes) else driver
-        return ({"name": name, "compute_capability": f"{major}.{minor}", "memory_bytes": int(memory),
-                 "simulated": False}, {"driver": driver})
+        device = {"name": name, "compute_capability": f"{major}.{minor}", "memory_bytes": int(memory),
+                  "simulated": False}
+        device.update(_nvml_conditions(pynvml, handle))
+        return device, {"driver": driver}
     except Exception:
         return None
     finally:
@@ -100,6 +117,23 @@ def _from_nvml(index: int) -> tuple[dict, dict] | None:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _nvml_conditions(pynvml, handle) -> dict:
+    """The CONDITION_FIELDS and the memory bus width, where NVML answers (each may be
+    unsupported: it is then left out)."""
+    out = {}
+    for key, read in (("max_sm_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                      ("memory_clock_mhz", lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+                      ("memory_bus_width_bits", lambda: pynvml.nvmlDeviceGetMemoryBusWidth(handle)),
+                      ("power_limit_w", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0)):
+        try:
+            value = read()
+        except Exception:  # noqa: BLE001 - NVML raises its own error types, and old bindings lack calls
+            continue
+        if isinstance(value, (int, float)) and value > 0:
+            out[key] = value
+    return out
 
 
 def _from_nvidia_smi(index: int) -> tuple[dict, dict] | None:

@@ -840,6 +840,7 @@ def _load(path, device, software, strict: bool, allow_foreign: bool) -> Profile:
             continue
         profile.origin = origin
         _check_fingerprint(profile, device, software, strict=strict, allow_foreign=allow_foreign)
+        _check_limits(profile, device)
         return profile
     note = "no calib profile found for this machine: every query returns its default (run `calib run`)"
     if strict:
@@ -868,7 +869,7 @@ def _check_fingerprint(profile: Profile, device, software, *, strict: bool, allo
     hard = fp.hard_differences(profile.device, device)
     if hard:
         message = (f"{where} was measured on another device ({'; '.join(hard)}): its numbers are not this "
-                   "machine's")
+                   "machine's (`calib run` measures this one)")
         if strict:
             raise ProfileError(message)
         if not allow_foreign:
@@ -876,13 +877,35 @@ def _check_fingerprint(profile: Profile, device, software, *, strict: bool, allo
         _warn(message, ProfileWarning)
         return
     soft = fp.soft_differences(profile.software, software)
-    if soft:
-        message = f"{where} was measured under other software ({'; '.join(soft)}): re-measure when you can"
+    conditions = fp.condition_differences(profile.device, device)
+    if soft or conditions:
+        changed = "; ".join([*(["other software (" + "; ".join(soft) + ")"] if soft else []),
+                             *(["other device settings (" + "; ".join(conditions) + ")"] if conditions else [])])
+        message = (f"{where} was measured under {changed}: its numbers may have drifted; `calib verify` checks "
+                   "them in seconds, `calib run` re-measures when you can")
         profile.notes.append(message)
         _warn(message, ProfileWarning)
     elif profile.origin == "shipped":
         message = (f"{where} is the profile shipped with calib for this GPU, not a measurement of this "
-                   "machine: run `calib run` for your own")
+                   "machine: `calib verify` checks it here in seconds; run `calib run` for your own")
+        profile.notes.append(message)
+        _warn(message, ProfileWarning)
+
+
+def _check_limits(profile: Profile, device):
+    """Warn once, at load, about values above the device's theoretical limits (``calib.limits``),
+    computed from the profile's own fingerprint, completed by this machine's where it is the same
+    device (a profile written before the fingerprint recorded the memory clock). The values are
+    still served: the warning and the record's flag say what to distrust."""
+    from . import limits
+
+    own = dict(profile.device)
+    if isinstance(device, dict) and not profile.unusable and not fp.hard_differences(own, device):
+        own = {**device, **own}
+    over = limits.exceeded(profile._records, own)
+    if over:
+        message = (f"{profile._where()} holds values above this device's theoretical limits: {'; '.join(over)}; "
+                   "`calib verify` re-measures them, `calib run` calibrates again")
         profile.notes.append(message)
         _warn(message, ProfileWarning)
 
@@ -1031,6 +1054,10 @@ def write_profile(path, profile: Profile | dict) -> Path:
     given = Path(path)
     target = _target(given)
     doc = profile.to_document() if isinstance(profile, Profile) else migrate(dict(profile))
+    if isinstance(doc.get("params"), dict) and isinstance(doc.get("device"), dict):
+        from .limits import annotate
+
+        doc["params"] = annotate(doc["params"], doc["device"])
     _validated(doc.get("params", {}))
     _written(target, lambda: _write_atomic(target, doc))
     return given
@@ -1049,6 +1076,10 @@ def merge_into(path, params: dict, *, device: dict, software: dict, replace: boo
     given = Path(path)
     target = _target(given)
     _validated(params)
+    if isinstance(params, dict) and isinstance(device, dict):
+        from .limits import annotate
+
+        params = annotate(params, device)  # limit and ratio_to_limit in diagnostics; a flag above it
 
     def merge() -> dict:
         merged: dict = {}
@@ -1070,6 +1101,7 @@ def merge_into(path, params: dict, *, device: dict, software: dict, replace: boo
                     raise ProfileError(f"profile {given} belongs to another device ({'; '.join(hard)}); "
                                        "write this calibration to another path")
                 merged = dict(current.params)
+                _refuse_unwritable(given, merged)
         merged.update(params)
         doc = {"schema": f"{SCHEMA_NAME}/{SCHEMA_VERSION}", "device": device, "software": software,
                "created": utc_now(), "params": dict(sorted(merged.items()))}
@@ -1079,6 +1111,25 @@ def merge_into(path, params: dict, *, device: dict, software: dict, replace: boo
     doc = _written(target, merge)
     return Profile(doc["params"], device=device, software=software, created=doc["created"], path=given,
                    origin="file")
+
+
+def _refuse_unwritable(given: Path, records: dict):
+    """A record that JSON cannot hold (NaN, infinity: a hand edit, another tool) would fail the
+    write after the read; refuse before, naming it, and leave the file as it is: dropping the
+    record would lose what the user put there, and the profile is theirs to mend."""
+    import json
+
+    bad = []
+    for name, record in records.items():
+        try:
+            json.dumps(record, allow_nan=False)
+        except (TypeError, ValueError):
+            bad.append(name)
+    if bad:
+        raise ProfileError(f"profile {given} holds records that cannot be written back (NaN, infinity or an "
+                           f"object JSON cannot hold): {', '.join(map(repr, bad[:5]))}"
+                           f"{' ...' if len(bad) > 5 else ''}; it is left as it is: mend or remove them, or write "
+                           "this calibration to another path")
 
 
 def _backup_name(path: Path) -> Path:

@@ -90,6 +90,8 @@ class CupyBackend(Backend):
                 pass
         if reading.get("max_sm_mhz"):
             device["max_sm_mhz"] = reading["max_sm_mhz"]
+        for key, value in _conditions(self).items():  # memory clock, power limit: calib.limits, staleness
+            device.setdefault(key, value)
         driver = reading.get("driver") or f"cuda-driver-api {drv // 1000}.{drv % 1000 // 10}"
         software = software_fingerprint(driver=driver,
                                         cuda_runtime=f"{rt // 1000}.{rt % 1000 // 10}", cupy=cp.__version__,
@@ -236,3 +238,24 @@ class CupyBackend(Backend):
             self.release_buffers()
         except Exception:
             pass
+
+
+def _conditions(b) -> dict:
+    """NVML's maximum memory clock, bus width and enforced power limit (``calib.fingerprint``'s
+    CONDITION_FIELDS); without NVML the memory clock comes from the CUDA device attribute
+    (kHz), which CUDA 13 keeps as an attribute though not in ``cudaDeviceProp``."""
+    from ..fingerprint import _nvml_conditions
+
+    out = {}
+    if b.clocks.available:
+        out = _nvml_conditions(b.clocks.nvml, b.clocks.handle)
+    if "memory_clock_mhz" not in out:
+        khz = b.props.get("memoryClockRate")
+        if not khz:
+            try:
+                khz = b.cp.cuda.runtime.deviceGetAttribute(36, b.index)  # cudaDevAttrMemoryClockRate
+            except Exception:
+                khz = None
+        if khz:
+            out["memory_clock_mhz"] = int(khz) // 1000
+    return out

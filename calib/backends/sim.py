@@ -35,7 +35,12 @@ from ..fingerprint import software_fingerprint
 from ..timing import Measurement, StoppingRule
 from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
 
-DEFAULT_DEVICE = {"sm_count": 132, "l2_bytes": 60 * 2**20, "memory_bytes": 143771 * 2**20}
+DEFAULT_DEVICE = {"sm_count": 132, "l2_bytes": 60 * 2**20, "memory_bytes": 143771 * 2**20,
+                  # what calib.limits computes the theoretical limits from (an H200's: 4814 GB/s DRAM,
+                  # 66.9 TFLOP/s FP32); a spec may add "fp32_lanes_per_sm" (default 128)
+                  "memory_bus_width_bits": 6016, "memory_clock_mhz": 3201, "max_sm_mhz": 1980}
+# Fingerprint fields a spec's "device" may set besides the sizes
+_DEVICE_PROPERTIES = ("memory_bus_width_bits", "memory_clock_mhz", "max_sm_mhz", "fp32_lanes_per_sm", "power_limit_w")
 DEFAULT_NOISE = {"rel_sd": 0.01, "outlier_rate": 0.01, "outlier_scale": 1.0, "seed": 0}
 
 class SimSpecError(CalibError, ValueError):
@@ -110,6 +115,7 @@ class SimBackend(Backend):
         device = {"name": f"calib simulated GPU ({self.spec['name']})", "simulated": True,
                   "compute_capability": "sim", "sm_count": d["sm_count"], "memory_bytes": d["memory_bytes"],
                   "l2_bytes": d["l2_bytes"], "sim_spec": self.spec["source"]}
+        device.update({k: d[k] for k in _DEVICE_PROPERTIES if k in d})
         return device, software_fingerprint(backend="sim")
 
     def sample_matrix(self, true_us: np.ndarray, n: int) -> np.ndarray:
