@@ -174,22 +174,28 @@ class Calibration:
     def title(self, text: str) -> str:
         return f"{text} (SIMULATED DEVICE)" if self.simulated else f"{text} on {self.device.get('name')}"
 
-    def save_figure(self, fig, name: str) -> Path:
-        """Save the figure beside the run's data and show that same PNG in the notebook: rendering
-        once instead of twice (file and inline output) halves the plotting time of a run."""
+    def save_figure(self, fig, name: str) -> None:
+        """Save the figure beside the run's data (``<output_dir>/<name>.png``) and show that same
+        PNG in the notebook: rendering once instead of twice (file and inline output) halves the
+        plotting time of a run. Returns nothing, so that a cell ending in it shows the figure and
+        no ``PosixPath``. Titles are wrapped to fit, log axes tidied, and a simulated device's
+        figure marked SIMULATED (``calib.plotting.finish``)."""
         import matplotlib.pyplot as plt
 
+        from .plotting import finish
+
         path = self.output_dir / f"{name}.png"
+        finish(fig, simulated=self.simulated)
         fig.savefig(path, dpi=100)
         plt.close(fig)
         try:
             from IPython import get_ipython
             from IPython.display import Image, display
         except ImportError:
-            return path
+            return None
         if get_ipython() is not None:
             display(Image(filename=str(path)))
-        return path
+        return None
 
     def write_fragment(self, result) -> Path:
         """The fitted parameters, with the fingerprint and session they come from; the failures

@@ -124,7 +124,10 @@ class LinearTimeFit:
         says what was concluded from it."""
         import matplotlib.pyplot as plt
 
-        if ax is None:
+        from .plotting import detach, finish
+
+        created = ax is None
+        if created:
             fig, ax = plt.subplots(figsize=(6, 3.6), constrained_layout=True)
         else:
             fig = ax.figure
@@ -137,14 +140,18 @@ class LinearTimeFit:
         ax.plot(self.x[order] / x_scale, self.fitted_us[order], "-", lw=1, label=fit_label)
         ax.set(xlabel=x_label, ylabel="time (us)", title=title)
         ax.legend(fontsize=8)
-        return fig
+        finish(fig)
+        return detach(fig) if created else fig  # a figure left open is shown twice in Jupyter
 
     def plot_residuals(self, *, title: str = "", x_label: str = "x", x_scale: float = 1.0, axes=None):
         """Standardized residuals against fitted time and against x, and a normal Q-Q plot."""
         import matplotlib.pyplot as plt
         from scipy import stats
 
-        if axes is None:
+        from .plotting import detach, finish
+
+        created = axes is None
+        if created:
             fig, axes = plt.subplots(1, 3, figsize=(13, 3.4), constrained_layout=True)
         else:
             fig = axes[0].figure
@@ -164,7 +171,8 @@ class LinearTimeFit:
         a2.set(xlabel="normal quantile", ylabel="ordered residual", title="Q-Q")
         flag_text = "; ".join(self.flags) if self.flags else "no flags"
         fig.suptitle(f"{title}   [{self.method}; R²={self.r2:.5f}; {flag_text}]", fontsize=9)
-        return fig
+        finish(fig)
+        return detach(fig) if created else fig
 
 
 def _record(value, ci, unit, fit: LinearTimeFit, flags, source, ci_method) -> dict:

@@ -244,10 +244,15 @@ def _special_cases():
         path.symlink_to(path.parent / "nowhere.json")
 
     def sock(path):
+        # A socket's address is limited to about 107 bytes (sun_path), and a deep temporary
+        # folder is longer than that: bind by the name alone from inside its folder.
         s = socket.socket(socket.AF_UNIX)
+        cwd = os.getcwd()
         try:
-            s.bind(str(path))
+            os.chdir(path.parent)
+            s.bind(path.name)
         finally:
+            os.chdir(cwd)
             s.close()
 
     def empty(path):

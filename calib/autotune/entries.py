@@ -17,6 +17,7 @@ import socket
 from dataclasses import dataclass, field
 
 from .._version import __version__
+from ..errors import CalibError
 from ..keys import canonical_json, descriptor_hash
 from .decide import Timing
 
@@ -97,7 +98,7 @@ class Entry:
         return all(c in self.timings for c in offered)
 
 
-class CorruptEntry(ValueError):
+class CorruptEntry(CalibError, ValueError):
     """A stored entry that cannot be read back; it is reported and tuned again, alone."""
 
 

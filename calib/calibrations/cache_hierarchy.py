@@ -216,7 +216,7 @@ def figures(frame, result, *, title) -> dict:
     line = result.models.get(READ_BW)
     if line is not None:
         figs["residuals-memory_l2_read_bandwidth_gbps"] = line.plot_residuals(
-            title=title(READ_BW), x_label="GiB read", x_scale=2**30)
+            title=title(READ_BW), x_label="GB read", x_scale=1e9)
     return figs
 
 
@@ -224,10 +224,12 @@ def plot(frame, fits: dict, *, title):
     """Achieved bandwidth against working set, the fitted hinge and the ramp's ends."""
     import matplotlib.pyplot as plt
 
+    from ..plotting import detach
+
     h = fits.get("hinge")
     fig, (a0, a1) = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
     if h is None:
-        return fig
+        return detach(fig)
     mib = h.w / 2**20
     a0.plot(mib, h.bytes / h.t_us * 1e-3, "o", ms=4, label="measured")
     a0.plot(mib, h.bytes / h.fitted_us * 1e-3, "-", lw=1, label="hinge fit")
@@ -239,7 +241,7 @@ def plot(frame, fits: dict, *, title):
     a1.plot(mib, h.resid / np.sqrt(np.mean(h.resid**2)), "o", ms=4)
     a1.axhline(0, color="k", lw=0.8)
     a1.set(xscale="log", xlabel="working set (MiB)", ylabel="standardized residual", title="residuals")
-    return fig
+    return detach(fig)
 
 
 def prepare(b, configs):

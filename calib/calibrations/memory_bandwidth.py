@@ -171,7 +171,7 @@ def figures(frame, result, *, title) -> dict:
         f = result.models.get(param_name(kind))
         if f is not None:
             figs["residuals-" + param_name(kind).replace(".", "_")] = f.plot_residuals(
-                title=title(param_name(kind)), x_label="bytes moved (MiB)", x_scale=2**20)
+                title=title(param_name(kind)), x_label="bytes moved (GB)", x_scale=BYTES_PER_GB)
     figs["residuals-by-width"] = plot_width_residuals(result.models, title=title)
     return figs
 
@@ -181,6 +181,8 @@ def plot_bandwidth(frame, records: dict, *, title):
     asymptote dashed: where people would rather look than read."""
     import matplotlib.pyplot as plt
 
+    from ..plotting import detach
+
     frame = frame[frame["calibration"] == ID]
     kinds = [k for k in KINDS if k in set(frame["kind"])]
     fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.6), squeeze=False, constrained_layout=True)
@@ -189,20 +191,24 @@ def plot_bandwidth(frame, records: dict, *, title):
         for width, g in sub.groupby("width_bytes"):
             g = g.sort_values("size_bytes")
             achieved = bytes_moved(g["kind"], g["size_bytes"]) / (g["time_us"] * 1e3)
-            line, = ax.plot(g["size_bytes"] / 2**20, achieved, "o-", ms=3, label=f"{width} B")
+            line, = ax.plot(g["size_bytes"] / 2**20, achieved, "o-", ms=3, label=f"{int(width)} B")
             rec = records.get(param_name(kind, int(width)))
-            if rec:
+            if rec:  # the fitted bandwidth dashed, its 95% CI shaded
                 ax.axhline(rec["value"], color=line.get_color(), ls="--", lw=0.8)
+                if rec.get("ci95"):
+                    ax.axhspan(*rec["ci95"], color=line.get_color(), alpha=0.15, lw=0)
         ax.set(xscale="log", xlabel="buffer size (MiB)", ylabel="achieved GB/s", title=f"DRAM {kind}")
         ax.legend(title="access width", fontsize=7)
-    fig.suptitle(title("achieved DRAM bandwidth against buffer size"))
-    return fig
+    fig.suptitle(title("achieved DRAM bandwidth against buffer size (dashed: fit, shaded: its 95% CI)"))
+    return detach(fig)
 
 
 def plot_width_residuals(fits: dict, *, title):
     """Standardized residuals against size for every access width, one panel per kind: the
     narrower widths' fits at a glance (the 16-byte fits get the full three-panel view)."""
     import matplotlib.pyplot as plt
+
+    from ..plotting import detach
 
     kinds = [k for k in KINDS if any(param_name(k, w) in fits for w in WIDTHS)]
     fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.2), squeeze=False, constrained_layout=True)
@@ -211,13 +217,14 @@ def plot_width_residuals(fits: dict, *, title):
             f = fits.get(param_name(kind, w))
             if f is None:
                 continue
-            order = np.argsort(f.x)
-            ax.plot(f.x[order] / 2**20, f.std_resid[order], "o-", ms=3, label=f"{w} B{' (flagged)' if f.flags else ''}")
+            # markers only: lines joining five widths' residuals drew a pattern that is in no fit
+            ax.plot(f.x / BYTES_PER_GB, f.std_resid, "o", ms=4, alpha=0.8,
+                    label=f"{w} B{' (flagged)' if f.flags else ''}")
         ax.axhline(0, color="k", lw=0.8)
-        ax.set(xscale="log", xlabel="bytes moved (MiB)", ylabel="standardized residual", title=f"DRAM {kind}")
-        ax.legend(fontsize=7)
+        ax.set(xscale="log", xlabel="bytes moved (GB)", ylabel="standardized residual", title=f"DRAM {kind}")
+        ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.28), frameon=False)
     fig.suptitle(title("standardized residuals by access width"))
-    return fig
+    return detach(fig)
 
 
 # ----------------------------------------------------------------------------------------------

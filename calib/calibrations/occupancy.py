@@ -148,10 +148,12 @@ def plot(fits: dict, *, title):
     misses each point (the gradual approach to the ceiling shows here)."""
     import matplotlib.pyplot as plt
 
+    from ..plotting import detach
+
     fig, (ax, ar) = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
     f = fits.get("hinge")
     if f is None:
-        return fig
+        return detach(fig)
     order = np.argsort(f["x"])
     ax.plot(f["x"] / 1024, f["b"] / f["t"] * 1e-3, "o", ms=4, label="measured")
     ax.plot(f["x"][order] / 1024, (f["b"] / f["fitted"] * 1e-3)[order], "-", lw=1, label="Little's-law hinge")
@@ -162,7 +164,7 @@ def plot(fits: dict, *, title):
     ar.axhline(0, color="k", lw=0.8)
     ar.set(xscale="log", xlabel="bytes in flight per SM (KiB)", ylabel="time residual (% of fitted)",
            title="residuals of the hinge")
-    return fig
+    return detach(fig)
 
 
 def prepare(b, configs):

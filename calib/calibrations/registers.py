@@ -184,6 +184,8 @@ def plot(table, records: dict, *, title: str, line=None):
     the line's residuals, against the scatter that allocation in granules of 8 alone would leave."""
     import matplotlib.pyplot as plt
 
+    from ..plotting import detach
+
     fig, (ax, ar) = plt.subplots(1, 2, figsize=(12, 3.8), constrained_layout=True)
     clean = table[table["spill_bytes"] == 0]
     spilled = table[table["spill_bytes"] > 0]
@@ -195,6 +197,11 @@ def plot(table, records: dict, *, title: str, line=None):
         n = np.asarray(table["buffered"], dtype=float)
         slope = rec["diagnostics"]["registers_per_element"]
         ax.plot(n, rec["value"] + slope * n, "-", lw=1, label=f"{rec['value']:.1f} + {slope:.2f}·N")
+    bracket = records.get(MAX_PERSISTENT)
+    if bracket and bracket.get("ci95"):  # a bracket, not a CI: between the last clean N and the first spill
+        lo, hi = bracket["ci95"]
+        ax.axvspan(lo, hi, color="crimson", alpha=0.12, lw=0,
+                   label=f"no spill up to N = {bracket['value']:g} (bracket {lo:g} to {hi:g})")
     ax.axhline(REGISTER_CAP, color="k", ls=":", lw=0.8)
     ax.set(xlabel="elements buffered per thread (N)", ylabel="registers per thread", title=title)
     ax.legend(fontsize=8)
@@ -207,4 +214,4 @@ def plot(table, records: dict, *, title: str, line=None):
                title="residuals of the line (dotted: twice the rounding scatter)")
     else:
         ar.set_axis_off()
-    return fig
+    return detach(fig)
