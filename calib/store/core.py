@@ -5,6 +5,10 @@ through ``CALIB_DB_URL``. Opening a database brings its schema to the current mi
 lock, so that eight workers starting at once migrate it once). Workers claim jobs with one
 ``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING`` statement, which SQLite
 runs atomically under its write lock, so no job is ever handed to two workers.
+
+Every fault of the database itself (a path that cannot be a database, a file that is not one, a
+folder calib may not write, a full disk, a schema from a newer calib) is a :class:`StoreError`
+that says which and what to do; a command that only reads never creates a database.
 """
 
 from __future__ import annotations
@@ -62,6 +66,38 @@ def _sqlite_begin(conn):
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def _is_disk_full(exc: Exception) -> bool:
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlstate", None) == "53100" or getattr(orig, "pgcode", None) == "53100":  # PostgreSQL disk_full
+        return True
+    if getattr(orig, "sqlite_errorcode", None) == 13:  # SQLITE_FULL
+        return True
+    text_ = str(orig).lower()
+    return "database or disk is full" in text_ or "no space left on device" in text_
+
+
+def _is_not_a_database(exc: Exception) -> bool:
+    orig = getattr(exc, "orig", None) or exc
+    return getattr(orig, "sqlite_errorcode", None) == 26 or "file is not a database" in str(orig).lower()
+
+
+def _translate_errors(store: "Store"):
+    """An engine ``handle_error`` hook: the faults no caller can recover from become StoreErrors
+    wherever they happen (a disk fills in the middle of a sweep, not when the database is opened).
+    Everything else (a busy database, a lost connection) stays a DBAPIError for its callers."""
+
+    def handle(ctx):
+        exc = ctx.original_exception
+        if _is_disk_full(exc):
+            raise StoreError(f"results database {store.url} is full ({_describe(exc)}): the measurements recorded so "
+                             "far are kept; free some space (or point CALIB_DB_URL elsewhere) and run the same "
+                             "command again to measure the rest") from None
+        if _is_not_a_database(exc):
+            raise StoreError(f"{store.url} is not an SQLite database ({_describe(exc)}): check the path") from None
+
+    return handle
+
+
 def _describe(exc: Exception) -> str:
     orig = getattr(exc, "orig", None) or exc
     return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
@@ -88,15 +124,17 @@ class Store:
             raise StoreError(f"cannot open results database {self.url}: {_describe(exc)} (for PostgreSQL: "
                              "pip install 'calib[postgres]')") from None
         self.dialect = self.engine.dialect.name
+        event.listen(self.engine, "handle_error", _translate_errors(self))
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
             event.listen(self.engine, "begin", _sqlite_begin)
             path = parsed.database
             if path and path != ":memory:" and not path.startswith("file:"):
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                self._check_sqlite_path(Path(path), readonly)
         try:
-            with self.engine.connect():
-                pass
+            with self.engine.connect() as conn:
+                if self.dialect == "sqlite":  # opening is lazy: read the header now, not mid-command
+                    conn.exec_driver_sql("SELECT count(*) FROM sqlite_master")
         except DBAPIError as exc:
             raise StoreError(f"cannot connect to results database {self.url}: {_describe(exc)}") from None
         if readonly:
@@ -104,6 +142,26 @@ class Store:
         else:
             self._migrate()
             self._probe_write()
+
+    @staticmethod
+    def _check_sqlite_path(path: Path, readonly: bool):
+        """SQLite creates a missing file on connect: right for a sweep, wrong for ``calib status``
+        on a mistyped path, which would report an empty database that it has just made."""
+        if path.is_dir():
+            raise StoreError(f"results database {path} is a folder, not a file")
+        if readonly:
+            if not path.exists():
+                raise StoreError(f"no results database at {path} (a command that only reads does not create one): "
+                                 "check the path")
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise StoreError(f"cannot create results database {path}: a file is in the way of its folder "
+                             f"{path.parent}") from None
+        except OSError as exc:
+            raise StoreError(f"cannot create results database {path}: its folder {path.parent} cannot be made "
+                             f"({exc.strerror or exc})") from None
 
     def _probe_write(self):
         """Fail now, with a clear message, rather than at the first result of a long sweep."""
@@ -120,8 +178,21 @@ class Store:
     def _check_revision(self):
         from alembic.script import ScriptDirectory
 
-        head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
-        current = self.schema_revision()
+        scripts = ScriptDirectory(str(MIGRATIONS))
+        head = scripts.get_current_head()
+        try:
+            current = self.schema_revision()
+            if current is None:
+                with self.engine.connect() as conn:
+                    tables = _has_table(conn, "session") or _has_table(conn, "calib_meta")
+                if not tables:
+                    raise StoreError(f"results database {self.url} is empty: not a calib results database, or one "
+                                     "no calib has written to yet")
+        except DBAPIError as exc:
+            raise StoreError(f"cannot read results database {self.url}: {_describe(exc)}") from None
+        if current is not None and current not in {r.revision for r in scripts.walk_revisions()}:
+            raise StoreError(f"results database {self.url} is at schema revision {current!r}, which this calib does "
+                             f"not know (it reads up to {head!r}): it was written by a newer calib; upgrade calib")
         if current != head:
             raise StoreError(f"results database {self.url} is at schema revision {current!r}, this calib reads "
                              f"{head!r}: open it writable once to migrate it")
@@ -186,10 +257,7 @@ class Store:
                 conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")
                 path = self.engine.url.database
                 if path and path != ":memory:" and not path.startswith("file:"):
-                    from filelock import FileLock
-
-                    file_lock = FileLock(path + ".migrate.lock", timeout=120)
-                    file_lock.acquire()
+                    file_lock = _acquire_file_lock(path + ".migrate.lock", self.url)
             yield conn
         finally:
             try:
@@ -442,6 +510,23 @@ class Store:
         with Session(self.engine) as s:
             n = s.scalar(select(func.count()).where(JobRow.id.in_(job_ids), JobRow.state.not_in(TERMINAL_STATES)))
         return n == 0
+
+
+def _acquire_file_lock(lock_file: str, url: str):
+    """The lock file beside the database; a folder calib may not write is a StoreError naming it."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(lock_file, timeout=120)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise StoreError(f"another calib has held {lock_file} for 120 s while migrating {url}; if none is "
+                         "running, remove the lock file") from None
+    except OSError as exc:
+        raise StoreError(f"cannot create the migration lock {lock_file} ({exc.strerror or exc}): calib writes "
+                         f"beside results database {url}, so its folder must be writable; copy the database "
+                         "somewhere writable or point CALIB_DB_URL elsewhere") from None
+    return lock
 
 
 def _has_table(conn, name: str) -> bool:
