@@ -23,7 +23,7 @@ from .errors import CalibError
 from .backends import get_backend, resolve_backend_name
 from .calibration import (MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, TURN_READY_ENV, TURN_WAIT_ENV,
                           read_fragment)
-from .profile import merge_into, user_profiles_dir
+from .profile import ProfileError, merge_into, user_profiles_dir
 from .timestamps import utc_now
 
 # Every suite runs every notebook (one per calibration of the registry, named by its id); the suite
@@ -94,8 +94,10 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     else:
         echo(f"calib run: calibrating GPU {device} on the cupy backend ({why}).")
 
+    if profile_path is not None:
+        _refuse_profile_target(Path(profile_path))
     run_dir = Path(run_dir) if run_dir else default_runs_dir() / f"{utc_now().replace(':', '')}-{suite}-{name}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    _make_run_dir(run_dir)
     run_dir = run_dir.resolve()
     label = f"run:{run_dir}"
     names = notebooks or NOTEBOOKS
@@ -154,7 +156,12 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
         params.update(frag["params"])
 
     target = Path(profile_path) if profile_path else user_profiles_dir() / f"{fp.device_slug(device_fp)}.json"
-    merge_into(target, params, device=device_fp, software=software_fp)
+    try:
+        merge_into(target, params, device=device_fp, software=software_fp)
+    except ProfileError as exc:
+        again = _rerun_command(run_dir, name, sim_spec, suite, notebooks)
+        raise RunError(f"{exc}. Nothing is lost: the measurements and fragments are kept in {run_dir}; "
+                       f"write them to another profile with `{again}`, which measures nothing again") from None
     _link_sessions(fragments, target, run_dir)
     summary = {"profile": str(target), "notebooks": names, "failed": failed,
                "simulated": bool(device_fp.get("simulated")),
@@ -165,6 +172,47 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     (run_dir / "run.json").write_text(json.dumps(summary, indent=2) + "\n")
     return RunResult(run_dir=run_dir, profile_path=target, params=params, simulated=summary["simulated"],
                      failed=failed, wall_s=summary["wall_s"])
+
+
+def _refuse_profile_target(path: Path):
+    """Refuse, before a single notebook runs, a --profile that can never be written (a folder, a
+    FIFO, a path under a file): found after the run, it would cost the whole run's time."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:  # a path under a file, a folder this user may not enter
+        raise RunError(f"--profile {path} cannot be written: {exc.strerror or exc}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise RunError(f"--profile {path} is {what}: give the path of a profile's .json file (it is left as it is)")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise RunError(f"--profile {path} cannot be written: {parent} is a file, not a folder")
+
+
+def _make_run_dir(run_dir: Path):
+    """The run folder, or a one-line RunError: a file of that name, or a folder that cannot be made."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunError(f"--run-dir {run_dir} is a file, not a folder: give a folder (a new one, or a run's to resume)")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunError(f"cannot make run folder {run_dir}: {exc.strerror or exc}") from None
+
+
+def _rerun_command(run_dir: Path, backend: str, sim_spec, suite: str, notebooks) -> str:
+    """The `calib run` that turns this run folder into a profile elsewhere: the same folder resumes
+    its sessions, so every sweep finds its points measured and only the fits run again."""
+    parts = ["calib run", f"--backend {backend}", f"--suite {suite}", f"--run-dir {run_dir}"]
+    if sim_spec:
+        parts.insert(2, f"--sim-spec {Path(sim_spec).resolve()}")
+    parts += [f"--notebook {nb}" for nb in notebooks or ()]
+    return " ".join(parts + ["--profile OTHER.json"])
 
 
 def default_jobs(backend_name: str, notebooks: int) -> int:
