@@ -87,3 +87,27 @@ def test_import_calib_still_loads_no_pandas_yet_parameter_frame_is_there():
             "print(json.dumps([before, 'pandas' in sys.modules, callable(f)]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out.strip().splitlines()[-1]) == [False, False, True]  # pandas only once a frame is made
+
+
+def test_plot_helpers_close_their_figures_and_save_figure_returns_nothing(tmp_path):
+    """A figure left open is shown twice in Jupyter (the returned one, and pyplot's own at the end
+    of the cell); a cell ending in save_figure showed a PosixPath."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from calib.calibration import Calibration
+
+    plt.close("all")
+    x = np.linspace(0, 1e9, 8)  # a point at zero work: the residual panel goes symlog
+    fit = fit_linear_time(x, 5 + x / 4e9 * 1e6 * (1 + 1e-4 * np.cos(x)), n_samples=np.full(8, 20))
+    title = "matmul.splitk.elements_reduced_per_second (SIMULATED DEVICE) " * 2
+    line = fit.plot_line(title=title, record={"value": 4.0, "ci95": [3.9, 4.1], "unit": "GB/s"})
+    resid = fit.plot_residuals(title=title)
+    assert plt.get_fignums() == []  # closed, yet still drawable
+    assert "\n" in line.axes[0].get_title()  # wrapped to the figure's width, not clipped
+    cal = Calibration("shared_memory", backend="sim", output_dir=tmp_path)
+    assert cal.save_figure(resid, "residuals-x") is None
+    assert (tmp_path / "residuals-x.png").stat().st_size > 1000
+    assert any(t.get_text() == "SIMULATED DEVICE" for t in resid.texts)
