@@ -292,8 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     wi.set_defaults(func=_cmd_winners)
 
     from .autotune.cli import add_cache_parser
+    from .diff import add_diff_parser
 
     add_cache_parser(sub)
+    add_diff_parser(sub)
     return p
 
 
