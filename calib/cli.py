@@ -49,7 +49,9 @@ def _cmd_show(args) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            profile = _open(args)
+            from .review_cli import open_for_show
+
+            profile = open_for_show(args, _open)  # a profile, a run folder or a fragment
         except ProfileError as exc:
             print(f"calib show: error: {exc}", file=sys.stderr)
             return 2
@@ -247,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--record", action="store_true", help="print the whole record as JSON")
             s.add_argument("--profile", metavar="PATH")
         else:
-            s.add_argument("profile", nargs="?")
+            s.add_argument("profile", nargs="?", help="a profile, a run folder (its profile.json) or a fragment")
             s.add_argument("--json", action="store_true")
         s.add_argument("--no-device-check", action="store_true", help="do not compare with this machine's GPU")
         s.set_defaults(func=func)
@@ -293,9 +295,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .autotune.cli import add_cache_parser
     from .diff import add_diff_parser
+    from .verify import add_verify_parser
 
     add_cache_parser(sub)
     add_diff_parser(sub)
+    from .review_cli import add_review_parsers
+
+    add_review_parsers(sub)  # calib report, calib merge
+    add_verify_parser(sub)
     return p
 
 

@@ -1,0 +1,391 @@
+"""``calib verify``: does the profile still describe this machine? Re-measure a few sentinels, fast.
+
+Four sentinel parameters, one per kind of bottleneck, are measured again with small sweeps of
+their calibrations (the registry's ``plan``, the backend's ``measure``, the calibration's own
+``fit``, as ``calib run`` does), within a time budget:
+
+- ``memory.dram.read_bandwidth_gbps``: the 16-byte read line over 8 sizes from 4× to 64× L2;
+- ``compute.fp32.fma_tflops``: the FMA sweep of the quick suite;
+- ``compute.bf16.tensor_tflops``: the bf16 cuBLAS sweep of the quick suite (fp16 where the
+  profile has no bf16 value);
+- ``launch.latency_us``: the launch + synchronize sweep of the quick suite (host-timed).
+
+Each is **drifted** when the new estimate differs from the profile's both *significantly* (the
+z-test of ``calib.diff.compare_estimates``: both standard errors from the CIs, on the log scale;
+at a family-wise 5%, Bonferroni: each sentinel at 0.05 / the number tested) and *materially*
+(beyond ``threshold``, default 2%, asv's factor). Otherwise it is **consistent**. On a GPU, two
+runs' CIs (±0.1%) are narrower than run-to-run variation, so significance alone would flag every
+check; the material threshold is what keeps a quiet machine consistent.
+
+The clocks, power and throttle reasons NVML read while the sentinels ran are reported with the
+power limit; on the simulated device the report says SIMULATED. Exit status: 0 consistent, 1
+drift, 2 bad input (no profile, a profile of another device, an unreadable file).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+
+from . import fingerprint as fp
+from .diff import compare_estimates
+from .errors import CalibError
+
+DEFAULT_BUDGET_S = 10.0
+DEFAULT_THRESHOLD = 0.02
+FAMILY_ALPHA = 0.05
+# Share of the budget the sweeps' stopping rules may spend timing samples; the rest is for
+# compiling, allocating, fitting and the matmul points' idle pauses.
+MEASURING_SHARE = 0.5
+MIN_POINT_BUDGET_S = 0.02
+
+READ = "memory.dram.read_bandwidth_gbps"
+FP32 = "compute.fp32.fma_tflops"
+BF16 = "compute.bf16.tensor_tflops"
+FP16 = "compute.fp16.tensor_tflops"
+LATENCY = "launch.latency_us"
+
+
+class VerifyError(CalibError, ValueError):
+    """verify cannot compare: no profile, an unreadable one, or one of another device."""
+
+
+@dataclass(frozen=True)
+class Sentinel:
+    name: str
+    calibration: str
+    what: str
+
+    def plan(self, backend, device: dict) -> list[dict]:
+        from . import calibrations
+
+        module = calibrations.get(self.calibration)
+        sizes = dict(l2_bytes=backend.l2_bytes, memory_bytes=backend.memory_bytes,
+                     sm_count=int(device.get("sm_count") or 132))
+        if self.calibration == "memory_bandwidth":
+            grid = module.sizes("quick", backend.l2_bytes, backend.memory_bytes, reference=True)[::2]
+            return module.plan("quick", size_list=grid, kinds=("read",), widths=(module.REFERENCE_WIDTH,), **sizes)
+        if self.calibration == "matmul_throughput":
+            return module.plan("quick", dtypes=(self.name.split(".")[1],), **sizes)
+        if self.calibration == "launch_latency":
+            return [c for c in module.plan("quick", **sizes) if c["kind"] == "latency"]
+        return module.plan("quick", **sizes)
+
+
+SENTINELS = (
+    Sentinel(READ, "memory_bandwidth", "DRAM read, 16-byte accesses"),
+    Sentinel(FP32, "compute_throughput", "FP32 FMA throughput"),
+    Sentinel(BF16, "matmul_throughput", "bf16 cuBLAS matmul"),
+    Sentinel(LATENCY, "launch_latency", "launch + synchronize of an empty kernel"),
+)
+ALTERNATIVES = {BF16: Sentinel(FP16, "matmul_throughput", "fp16 cuBLAS matmul")}
+
+
+@dataclass
+class VerifyReport:
+    profile: str
+    device: str
+    backend: str
+    simulated: bool
+    budget_s: float
+    threshold: float
+    alpha: float
+    sentinels: list[dict] = field(default_factory=list)
+    conditions: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    startup_s: float = 0.0
+
+    @property
+    def drifted(self) -> list[str]:
+        return [s["name"] for s in self.sentinels if s["status"] == "drifted"]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.drifted else 0
+
+    def to_dict(self) -> dict:
+        from .diff import _finite
+
+        return _finite({"profile": self.profile, "device": self.device, "backend": self.backend,
+                        "simulated": self.simulated, "budget_s": self.budget_s, "wall_s": self.wall_s,
+                        "startup_s": self.startup_s, "threshold": self.threshold, "alpha": self.alpha,
+                        "sentinels": self.sentinels, "conditions": self.conditions, "notes": self.notes,
+                        "drifted": self.drifted, "result": "drift" if self.drifted else "consistent"})
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def _reference(profile, device, software, notes: list[str]):
+    """The profile to verify: a Profile, a path, or None for this machine's by the lookup order."""
+    from .profile import Profile, ProfileError, load_profile, read_profile
+
+    if isinstance(profile, Profile):
+        return profile
+    if profile is None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            found = load_profile(device=device, software=software, allow_foreign=True)
+        if found.origin == "empty" or found.path is None:
+            raise VerifyError("no profile for this machine to verify: give --profile PATH, or run `calib run`")
+        notes.extend(str(w.message) for w in caught
+                     if "another device" not in str(w.message) and "theoretical" not in str(w.message))
+        return found
+    try:
+        return read_profile(profile)
+    except ProfileError as exc:
+        raise VerifyError(str(exc)) from None
+
+
+def _shipped(ref) -> bool:
+    """Whether ``ref`` is a profile calib ships (measured on another machine, another host)."""
+    if ref.origin == "shipped":
+        return True
+    try:
+        from .resources import shipped_profiles_dir
+
+        return ref.path is not None and ref.path.resolve().parent == shipped_profiles_dir().resolve()
+    except Exception:  # noqa: BLE001 - only a note depends on it
+        return False
+
+
+def _conditions(measurements, device: dict, simulated: bool) -> dict:
+    if simulated:
+        return {"simulated": True}
+    readings = []
+    for m in measurements:
+        c = getattr(m, "clocks", None) or {}
+        if c:
+            readings.append(c)
+    out = {"simulated": False}
+    if readings:
+        for key in ("sm_mhz", "mem_mhz", "temperature_c", "power_w"):
+            lows = [r[f"{key}_min"] for r in readings if f"{key}_min" in r]
+            highs = [r[f"{key}_max"] for r in readings if f"{key}_max" in r]
+            if lows:
+                out[f"{key}_min"], out[f"{key}_max"] = min(lows), max(highs)
+        out["throttle_reasons"] = sorted({x for r in readings for x in r.get("throttle_reasons", [])})
+        out["readings"] = sum(r.get("readings", 1) for r in readings)
+    else:
+        out["readings"] = 0
+    for key in ("max_sm_mhz", "memory_clock_mhz", "power_limit_w"):
+        if device.get(key) is not None:
+            out[key] = device[key]
+    return out
+
+
+def _record_side(p) -> dict:
+    return {"value": p.value, "ci95": list(p.ci95) if p.ci95 else None, "unit": p.unit}
+
+
+def verify(profile=None, *, backend="auto", sim_spec=None, budget_s: float = DEFAULT_BUDGET_S,
+           threshold: float = DEFAULT_THRESHOLD, family_alpha: float = FAMILY_ALPHA, device_index: int = 0,
+           seed: int | None = None, sentinels=None, progress=None) -> VerifyReport:
+    """Re-measure the sentinels on ``backend`` (a name or a Backend) and compare with ``profile``
+    (a Profile, a path, or None for this machine's). ``progress``: a callable given one line per
+    step (the CLI prints them)."""
+    t0 = time.perf_counter()
+    if not (isinstance(budget_s, (int, float)) and budget_s > 0 and math.isfinite(budget_s)):
+        raise VerifyError(f"--budget-s must be a positive number of seconds, not {budget_s!r}")
+    if not (isinstance(threshold, (int, float)) and threshold >= 0 and math.isfinite(threshold)):
+        raise VerifyError(f"--threshold must be a non-negative fraction (0.02 is 2%), not {threshold!r}")
+    say = progress or (lambda line: None)
+    from .backends import Backend, get_backend
+    from .timing import StoppingRule
+
+    wanted = list(sentinels or SENTINELS)
+    point_budget = max(MIN_POINT_BUDGET_S, MEASURING_SHARE * budget_s / 30)  # about 30 points in all
+    rule = StoppingRule(budget_s=point_budget)
+    if isinstance(backend, Backend):
+        b, owned = backend, False
+    else:
+        try:
+            b = get_backend(backend, sim_spec=sim_spec, device=device_index, rule=rule, seed=seed)
+        except ValueError as exc:  # a bad spec (SimSpecError is a CalibError too), an unknown backend name
+            raise VerifyError(str(exc)) from None
+        owned = True
+    try:
+        return _verify(b, profile, wanted, budget_s, threshold, family_alpha, t0, say)
+    finally:
+        if owned:
+            b.close()
+
+
+def _verify(b, profile, wanted, budget_s, threshold, family_alpha, t0, say) -> VerifyReport:
+    from . import calibrations
+    from .profile import ProfileError
+
+    device, software = b.fingerprint()
+    notes: list[str] = []
+    ref = _reference(profile, device, software, notes)
+    hard = fp.hard_differences(ref.device, device)
+    where = ref.path or "the profile"
+    if hard:
+        raise VerifyError(f"{where} was measured on another device ({'; '.join(hard)}): verify compares a profile "
+                          "with the machine it describes; `calib run` calibrates this one")
+    soft = fp.soft_differences(ref.software, software) + fp.condition_differences(ref.device, device)
+    if soft:
+        notes.append("measured under other software or settings: " + "; ".join(soft))
+    if _shipped(ref):
+        notes.append("the launch latency is the host's as much as the GPU's: a profile measured on another host "
+                     "(a shipped one) may differ there alone")
+
+    chosen = []
+    for s in wanted:
+        if s.name not in ref and s.name in ALTERNATIVES and ALTERNATIVES[s.name].name in ref:
+            s = ALTERNATIVES[s.name]
+        chosen.append(s)
+    tested = [s for s in chosen if s.name in ref]
+    alpha = family_alpha / max(1, len(tested))
+    report = VerifyReport(profile=str(where), device=str(device.get("name")), backend=b.name,
+                          simulated=bool(b.simulated), budget_s=float(budget_s), threshold=threshold, alpha=alpha,
+                          notes=notes)
+    plans = {s.name: s.plan(b, device) for s in tested}
+    b.prepare([c for configs in plans.values() for c in configs])  # compile before timing anything
+    report.startup_s = time.perf_counter() - t0
+    measured = []
+    from .sweep import frame_from
+
+    for s in chosen:
+        row = {"name": s.name, "calibration": s.calibration, "what": s.what}
+        report.sentinels.append(row)
+        if s.name not in ref:
+            row.update(status="not in profile", reason=f"{where} has no {s.name}")
+            continue
+        try:
+            old = ref.record(s.name)
+        except ProfileError as exc:
+            row.update(status="not in profile", reason=str(exc))
+            continue
+        row["profile"] = _record_side(old)
+        elapsed = time.perf_counter() - t0
+        if elapsed > budget_s:
+            row.update(status="skipped", reason=f"the budget of {budget_s:g} s was spent ({elapsed:.1f} s)")
+            continue
+        say(f"measuring {s.name} ({len(plans[s.name])} points)")
+        configs = plans[s.name]
+        results = b.measure(configs)
+        ok = [(c, m) for c, m in zip(configs, results) if not isinstance(m, Exception)]
+        failed = [m for m in results if isinstance(m, Exception)]
+        measured.extend(m for _, m in ok)
+        if len(ok) < 3:
+            why = f"{len(ok)} of {len(configs)} points measured"
+            row.update(status="unmeasured", reason=why + (f" (first failure: {failed[0]})" if failed else ""))
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = calibrations.fit(s.calibration, frame_from([c for c, _ in ok], [m for _, m in ok]))
+        new = fit.records.get(s.name)
+        if new is None:
+            row.update(status="unmeasured", reason=fit.failures.get(s.name, "the fit gave no value"))
+            continue
+        row["now"] = {"value": new["value"], "ci95": new.get("ci95"), "unit": new.get("unit"), "n": new.get("n"),
+                      "flags": list(new.get("flags") or [])}
+        test = compare_estimates(old.value, old.ci95, new["value"], new.get("ci95"), threshold=threshold,
+                                 alpha=alpha)
+        row.update({k: test[k] for k in ("ratio", "z", "p", "significant", "material")})
+        drifted = bool(test["material"]) and test["significant"] is not False
+        row["status"] = "drifted" if drifted else "consistent"
+        if old.ci95 is None:
+            row["reason"] = "the profile's record has no CI: counted as exact"
+    report.conditions = _conditions(measured, device, bool(b.simulated))
+    report.wall_s = time.perf_counter() - t0
+    return report
+
+
+# ----------------------------------------------------------------------------------------------
+# text
+
+
+def _value(side) -> str:
+    if not side:
+        return "-"
+    v, ci = side["value"], side.get("ci95")
+    if ci and v > 0:
+        return f"{v:.5g} ±{max(v - ci[0], ci[1] - v) / v:.2%}"
+    return f"{v:.5g}"
+
+
+def format_report(r: VerifyReport) -> str:
+    out = [f"calib verify: {r.profile} on {r.device} ({r.backend} backend)"]
+    if r.simulated:
+        out.append("SIMULATED device: a check of the pipeline, not of a real GPU")
+    for note in r.notes:
+        out.append(f"note: {note}")
+    table = [("sentinel", "profile", "now", "now/profile", "p", "verdict")]
+    for s in r.sentinels:
+        ratio = f"{s['ratio']:.4f}" if s.get("ratio") is not None else "-"
+        p = "-" if s.get("p") is None else ("<1e-4" if s["p"] < 1e-4 else f"{s['p']:.2g}")
+        verdict = s["status"].upper() if s["status"] == "drifted" else s["status"]
+        if s.get("reason") and s["status"] not in ("consistent", "drifted"):
+            verdict += f": {s['reason']}"
+        table.append((s["name"], _value(s.get("profile")), _value(s.get("now")), ratio, p, verdict))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    out.append("")
+    out.extend("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table)
+    out.append("")
+    c = r.conditions
+    if c.get("simulated"):
+        out.append("clocks, power, throttling: SIMULATED device, nothing to read")
+    elif c.get("readings"):
+        parts = []
+        if "sm_mhz_min" in c:
+            parts.append(f"SM {c['sm_mhz_min']}-{c['sm_mhz_max']} MHz"
+                         + (f" (max {c['max_sm_mhz']})" if c.get("max_sm_mhz") else ""))
+        if "mem_mhz_min" in c:
+            parts.append(f"memory {c['mem_mhz_min']}-{c['mem_mhz_max']} MHz")
+        if "power_w_min" in c:
+            parts.append(f"power {c['power_w_min']:.0f}-{c['power_w_max']:.0f} W")
+        if c.get("power_limit_w"):
+            parts.append(f"power limit {c['power_limit_w']:.0f} W")
+        if "temperature_c_min" in c:
+            parts.append(f"{c['temperature_c_min']}-{c['temperature_c_max']} C")
+        parts.append("throttle reasons: " + (", ".join(c["throttle_reasons"]) or "none"))
+        out.append("during the check: " + ", ".join(parts))
+    else:
+        limit = f" (power limit {c['power_limit_w']:.0f} W)" if c.get("power_limit_w") else ""
+        out.append(f"during the check: NVML gave no clock readings{limit}")
+    out.append(f"drifted = differs significantly (p < {r.alpha:.3g} each: family-wise 5%) and materially "
+               f"(now/profile beyond {1 + r.threshold:g} or 1/{1 + r.threshold:g})")
+    out.append(f"wall time {r.wall_s:.1f} s against a budget of {r.budget_s:g} s "
+               f"(startup {r.startup_s:.1f} s: backend, profile, kernel compilation)")
+    out.append("result: " + (f"DRIFT in {', '.join(r.drifted)}" if r.drifted else "CONSISTENT"))
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------------------------
+# the command
+
+
+def add_verify_parser(sub):
+    v = sub.add_parser("verify", help="re-measure a few sentinel parameters and report drift from the profile")
+    v.add_argument("--profile", metavar="PATH", help="the profile to verify (default: this machine's by the lookup)")
+    v.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="time budget in seconds (default 10)")
+    v.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help="relative change that counts as drift, as a fraction (default 0.02)")
+    v.add_argument("--backend", choices=["auto", "cupy", "sim"], default="auto")
+    v.add_argument("--sim-spec", metavar="FILE", help="JSON ground truth of the simulated device")
+    v.add_argument("--device", type=int, default=0, help="CUDA device index")
+    v.add_argument("--seed", type=int, help="the simulated device's noise seed")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=run_verify)
+
+
+def run_verify(args) -> int:
+    import json
+    import sys
+
+    report = verify(args.profile, backend=args.backend, sim_spec=args.sim_spec, budget_s=args.budget_s,
+                    threshold=args.threshold, device_index=args.device, seed=args.seed,
+                    progress=None if args.json else (lambda line: print(line, file=sys.stderr, flush=True)))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
+    else:
+        print(format_report(report))
+    return report.exit_code
+
+
+__all__ = ["verify", "VerifyReport", "VerifyError", "SENTINELS", "Sentinel", "format_report"]

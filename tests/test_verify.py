@@ -1,0 +1,192 @@
+"""calib verify on the simulated device: sentinels re-measured within a budget and compared with the
+profile; the false-alarm rate with no drift planted is at most 5%, a planted 3% drift in any sentinel is
+caught at least 95% of the time; exit 1 on drift, 0 consistent, 2 for bad input.
+
+The reference profiles come from real calibrations of the simulated device: each sentinel's sweep of
+the quick suite (the plan ``calib run`` measures, restricted to the group whose fit gives the sentinel:
+the 16-byte read line, the bf16 line, the latency sweep; each group is fitted on its own, so the record
+is the one a whole run gives), measured with one seed and fitted by the calibration's own fit. verify
+then measures with other seeds, against specs with or without a planted drift.
+"""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from calib import calibrations
+from calib.backends.sim import SimBackend, load_spec
+from calib.cli import main
+from calib.errors import CalibError
+from calib.profile import Profile
+from calib.sweep import frame_from
+from calib.verify import SENTINELS, VerifyError, format_report, verify
+
+NAMES = [s.name for s in SENTINELS]
+TRUTH = load_spec(None)["params"]
+REFERENCES = 100          # reference profiles, each a calibration with its own seed
+TRIALS_PER_REFERENCE = 2  # verify runs per reference: 200 checks of each kind
+
+
+def _group(s, config) -> bool:
+    if s.calibration == "memory_bandwidth":
+        return config["kind"] == "read" and config["width_bytes"] == 16
+    if s.calibration == "matmul_throughput":
+        return config["dtype"] == "bf16"
+    if s.calibration == "launch_latency":
+        return config["kind"] == "latency"
+    return True
+
+
+def reference_profile(seed: int, spec=None) -> Profile:
+    b = SimBackend(spec, seed=seed)
+    device, software = b.fingerprint()
+    records = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for s in SENTINELS:
+            module = calibrations.get(s.calibration)
+            configs = [c for c in module.plan("quick", l2_bytes=b.l2_bytes, memory_bytes=b.memory_bytes,
+                                              sm_count=device["sm_count"]) if _group(s, c)]
+            records[s.name] = calibrations.fit(s.calibration, frame_from(configs, b.measure(configs))).records[s.name]
+    return Profile(records, device=device, software=software, path="reference.json", origin="file")
+
+
+def drifted_spec(factor: float, names=NAMES) -> dict:
+    """The H200-like spec with ``names`` slower (factor < 1 for rates, > 1 for a latency) or faster."""
+    params = {}
+    for name in names:
+        slower_is_larger = name.endswith("_us")
+        params[name] = TRUTH[name] * ((2 - factor) if slower_is_larger else factor)
+    return {"params": params}
+
+
+@pytest.fixture(scope="module")
+def references():
+    return [reference_profile(10_000 + i) for i in range(REFERENCES)]
+
+
+def test_false_alarm_rate_without_drift_is_at_most_5_percent(references):
+    alarms, per_sentinel, checks = 0, dict.fromkeys(NAMES, 0), 0
+    for i, ref in enumerate(references):
+        for k in range(TRIALS_PER_REFERENCE):
+            report = verify(ref, backend="sim", seed=20_000 + TRIALS_PER_REFERENCE * i + k)
+            assert [s["status"] for s in report.sentinels] == ["consistent" if n not in report.drifted else "drifted"
+                                                                for n in NAMES]
+            checks += 1
+            alarms += report.exit_code == 1
+            for name in report.drifted:
+                per_sentinel[name] += 1
+    assert checks == 200
+    assert alarms / checks <= 0.05, f"false alarms {alarms}/{checks}: {per_sentinel}"
+
+
+@pytest.mark.parametrize("direction", ["slower", "faster"])
+def test_a_3_percent_drift_in_each_sentinel_is_caught_95_percent_of_the_time(references, direction):
+    """The drift is planted in all four sentinels of the verify run's spec at once: on the simulated
+    device each sentinel's times come from its own calibration's model and truth alone, so whether one
+    is caught does not depend on the others being drifted (the single-sentinel test below checks it)."""
+    factor = 0.97 if direction == "slower" else 1.03
+    spec = drifted_spec(factor)
+    caught = dict.fromkeys(NAMES, 0)
+    for i, ref in enumerate(references):
+        report = verify(ref, backend="sim", sim_spec=spec, seed=30_000 + i)
+        assert report.exit_code == (1 if report.drifted else 0)
+        for name in report.drifted:
+            caught[name] += 1
+    for name, n in caught.items():
+        assert n / len(references) >= 0.95, f"{name} {direction} by 3%: caught {n}/{len(references)}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_drift_in_one_sentinel_flags_that_one_alone(references, name):
+    for i, ref in enumerate(references[:5]):
+        for factor in (0.97, 1.03):
+            report = verify(ref, backend="sim", sim_spec=drifted_spec(factor, [name]), seed=40_000 + i)
+            assert report.drifted == [name], (factor, format_report(report))
+            row = next(s for s in report.sentinels if s["name"] == name)
+            expected = (2 - factor) if name.endswith("_us") else factor
+            assert row["ratio"] == pytest.approx(expected, abs=0.01)
+            assert row["significant"] and row["material"]
+            assert report.exit_code == 1
+
+
+def test_a_drift_within_the_threshold_is_consistent(references):
+    """1% slower everywhere: significant perhaps, but not material at 2%."""
+    spec = drifted_spec(0.99)
+    drifts = sum(verify(ref, backend="sim", sim_spec=spec, seed=50_000 + i).exit_code
+                 for i, ref in enumerate(references[:20]))
+    assert drifts <= 1
+
+
+def test_the_report_says_simulated_and_gives_each_sentinel_and_the_budget(references, capsys):
+    report = verify(references[0], backend="sim", seed=1)
+    text = format_report(report)
+    assert "SIMULATED" in text and "result: CONSISTENT" in text
+    for name in NAMES:
+        assert name in text
+    assert "against a budget of 10 s" in text
+    assert report.conditions == {"simulated": True}
+    doc = report.to_dict()
+    json.dumps(doc, allow_nan=False)
+    assert doc["result"] == "consistent" and doc["wall_s"] < doc["budget_s"]
+
+
+def test_cli_exit_codes_consistent_drift_and_bad_input(tmp_path, references, capsys):
+    from calib.profile import write_profile
+
+    path = tmp_path / "ref.json"
+    write_profile(path, references[0])
+    assert main(["verify", "--profile", str(path), "--backend", "sim", "--seed", "3"]) == 0
+    assert "result: CONSISTENT" in capsys.readouterr().out
+
+    spec = tmp_path / "slow.json"
+    spec.write_text(json.dumps(drifted_spec(0.95, ["memory.dram.read_bandwidth_gbps"])))
+    assert main(["verify", "--profile", str(path), "--backend", "sim", "--sim-spec", str(spec), "--seed", "3",
+                 "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["drifted"] == ["memory.dram.read_bandwidth_gbps"] and doc["result"] == "drift"
+
+    for argv in (["--profile", str(tmp_path / "missing.json")],
+                 ["--profile", str(path), "--sim-spec", str(tmp_path / "no-spec.json")],
+                 ["--profile", str(path), "--budget-s", "0"]):
+        assert main(["verify", "--backend", "sim", *argv]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("calib verify: error: ")
+
+
+def test_a_profile_of_another_device_is_refused(references):
+    other = SimBackend({"name": "other", "device": {"sm_count": 20}}).fingerprint()[0]
+    ref = Profile(references[0].params, device=other, path="other.json")
+    with pytest.raises(VerifyError, match="another device"):
+        verify(ref, backend="sim", seed=1)
+    assert issubclass(VerifyError, CalibError)
+
+
+def test_no_profile_for_this_machine_is_bad_input():
+    with pytest.raises(VerifyError, match="no profile"):
+        verify(None, backend="sim", seed=1)
+
+
+def test_the_default_lookup_finds_the_simulated_profile_and_a_missing_sentinel_is_reported(tmp_path,
+                                                                                          monkeypatch,
+                                                                                          references):
+    from calib.profile import user_profiles_dir, write_profile
+
+    partial = Profile({k: v for k, v in references[0].params.items() if k != "launch.latency_us"},
+                      device=references[0].device, software=references[0].software)
+    write_profile(user_profiles_dir() / "simulated.json", partial)
+    report = verify(None, backend="sim", seed=5)
+    row = next(s for s in report.sentinels if s["name"] == "launch.latency_us")
+    assert row["status"] == "not in profile" and report.exit_code == 0
+    assert "simulated.json" in report.profile
+
+
+def test_sentinel_sweeps_are_small():
+    b = SimBackend()
+    device, _ = b.fingerprint()
+    sizes = {s.name: len(s.plan(b, device)) for s in SENTINELS}
+    assert sum(sizes.values()) <= 30, sizes
+    assert all(n >= 5 for n in sizes.values()), sizes
+    assert np.isfinite(list(sizes.values())).all()
