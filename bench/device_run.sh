@@ -1,22 +1,51 @@
 #!/usr/bin/env bash
-# One call on the lent GPU machine: install the carried wheels, run the GPU tests, then the DRAM
-# benchmark (which runs `calib run` itself) for each suite named. Results land in $OUT:
-#   gpu.txt (nvidia-smi, GPU tests), bench-<suite>.md,
-#   bench-<suite>.json, run-<suite>.tgz (executed notebooks, results database, profile): at most 8
-#   files, the most the device tool brings back
-#   device tool: carry [".whl"], command: bash bench/device_run.sh quick full
+# One call on the lent GPU machine: install the carried wheels, run the GPU tests, then the
+# benchmarks asked for, each bounded by its own timeout so that one hang costs only its share.
+#   device tool: carry [".whl"], command: bash bench/device_run.sh [STEP ...]
+# Steps, in the order given (default: quick):
+#   quick | full   bench/ceilings.py for that suite (it runs `calib run` itself); the run folder
+#                  (executed notebooks, report, profile) is kept as run-<suite>.tgz
+#   autotune       bench/autotune.py --calib-run (the conv2d and DRAM-shape caches)
+#   fma            bench/fma_shapes.py (FP32 FMA kernel shapes against the clock peak)
+#   verify         bench/verify_h200.sh (calib verify, idle and beside a competing load)
+#   heuristics     bench/heuristics_h200.sh (heuristics against exhaustive search)
+# The device tool brings back at most 8 files: gpu.txt (nvidia-smi, GPU tests), summary.txt (each
+# step's exit status and wall time) and results.tgz (everything each step wrote, unpack with
+# `tar xzf`).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || exit 1
 export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 python3 -m ipykernel install --user --name python3 >/dev/null || exit 1
 export XDG_DATA_HOME=/tmp/xdg
+res=/tmp/device-results
+rm -rf "$res" /tmp/xdg && mkdir -p "$res"  # a warm machine keeps /tmp: a reused folder would resume, not measure
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee $OUT/gpu.txt
-timeout 180 python3 -m pytest -q -m gpu tests/test_gpu.py 2>&1 | tee -a $OUT/gpu.txt
-for suite in "${@:-quick}"; do
-  work=/tmp/bench-$suite
-  rm -rf "$work"  # a warm machine keeps /tmp: a reused run folder would resume, not measure
-  timeout ${BENCH_TIMEOUT:-400} python3 bench/ceilings.py --out $work --suite "$suite" 2>&1 | grep -v IPKernelApp
-  cp $work/bench-dram.md $OUT/bench-$suite.md; cp $work/bench-dram.json $OUT/bench-$suite.json
-  (cd $work && tar czf $OUT/run-$suite.tgz run profile.json)
+gpu_tests=$(grep -l "mark.gpu" tests/test_*.py)  # collecting only these: the others need what the image lacks
+timeout ${GPU_TESTS_TIMEOUT:-180} python3 -m pytest -q -m gpu $gpu_tests 2>&1 | tail -15 | tee -a $OUT/gpu.txt
+
+step() {  # step NAME TIMEOUT_S COMMAND...: run, log to $res/NAME.log, note status and wall time
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$res/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc, $((SECONDS - t0)) s (limit $limit s)" | tee -a $OUT/summary.txt
+}
+
+for s in "${@:-quick}"; do
+  case $s in
+    quick|full)
+      work=/tmp/bench-$s; rm -rf "$work"
+      step "ceilings-$s" "${BENCH_TIMEOUT:-300}" python3 bench/ceilings.py --out "$work" --suite "$s"
+      cp "$work"/bench-dram.md "$res/bench-$s.md" 2>/dev/null
+      cp "$work"/bench-dram.json "$res/bench-$s.json" 2>/dev/null
+      (cd "$work" && tar czf "$res/run-$s.tgz" run profile.json 2>/dev/null) ;;
+    autotune) step autotune "${AUTOTUNE_TIMEOUT:-300}" python3 bench/autotune.py --calib-run --out "$res/autotune" ;;
+    fma) step fma 60 python3 bench/fma_shapes.py --out "$res/fma-shapes.md" ;;
+    verify) step verify "${VERIFY_TIMEOUT:-150}" env OUT="$res" bash bench/verify_h200.sh ;;
+    heuristics) step heuristics "${HEURISTICS_TIMEOUT:-300}" env OUT="$res" bash bench/heuristics_h200.sh ;;
+    *) echo "unknown step $s" | tee -a $OUT/summary.txt ;;
+  esac
 done
+(cd "$res" && tar czf $OUT/results.tgz .)
+cat $OUT/summary.txt
