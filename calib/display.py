@@ -131,17 +131,18 @@ def esc(value) -> str:
 STYLE = """<style>
 table.calib-params{border-collapse:collapse;font-size:13px}
 table.calib-params th,table.calib-params td{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left}
-table.calib-params td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.calib-params td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 table.calib-params tr.flagged td{background:#fff4e0}
 table.calib-params tr.unusable td{background:#fde2e2}
 .calib-sim{color:#b00020;font-weight:bold}
 </style>"""
 
 
-def table_html(params, *, link=None, caption: str | None = None, style: bool = True) -> str:
+def table_html(params, *, link=None, row_id=None, caption: str | None = None, style: bool = True) -> str:
     """The parameters as an HTML table: value, interval, ±, unit, n, flags; flagged rows marked
     (class ``flagged`` and a ⚑ in the flags cell). ``link(name)``, where given, returns the
-    ``href`` of the parameter's section, and its name links there."""
+    ``href`` of the parameter's section (or None), and its name links there; ``row_id(name)`` the
+    row's ``id``, for links to it."""
     out = [STYLE if style else "", '<table class="calib-params">']
     if caption:
         out.append(f"<caption>{esc(caption)}</caption>")
@@ -158,7 +159,8 @@ def table_html(params, *, link=None, caption: str | None = None, style: bool = T
             flags = "⚑ " + flags
         if r["problem"]:
             flags = f"UNUSABLE: {esc(r['problem'])}"
-        out.append(f'<tr class="{cls}" data-param="{esc(r["name"])}"><td><code>{name}</code></td>'
+        rid = f' id="{esc(row_id(r["name"]))}"' if row_id else ""
+        out.append(f'<tr{rid} class="{cls}" data-param="{esc(r["name"])}"><td><code>{name}</code></td>'
                    f'<td class="num">{esc(num(r["value"]))}</td><td class="num">{esc(interval_text(r))}</td>'
                    f'<td class="num">{esc(pm_text(r))}</td><td>{esc(r["unit"])}</td>'
                    f'<td class="num">{esc(num(r["n"]))}</td><td>{flags}</td></tr>')

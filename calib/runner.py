@@ -23,7 +23,9 @@ from .errors import CalibError
 from .backends import get_backend, resolve_backend_name
 from .calibration import (MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, TURN_READY_ENV, TURN_WAIT_ENV,
                           read_fragment)
+from . import runfolder
 from .profile import ProfileError, merge_into, user_profiles_dir
+from .store import default_url
 from .timestamps import utc_now
 
 # Every suite runs every notebook (one per calibration of the registry, named by its id); the suite
@@ -125,7 +127,12 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
         if not source.is_file():
             raise RunError(f"no notebook {source}")
         bar = {"desc": f"[{i}/{len(names)}] {nb}"} if progress and jobs == 1 else False
-        tasks.append((nb, str(source), str(run_dir / f"{nb}.ipynb"), base_params, str(run_dir), bar))
+        # a folder per calibration (calib.runfolder); the results database stays one, at the top
+        folder = runfolder.calibration_dir(run_dir, nb)
+        folder.mkdir(exist_ok=True)
+        nb_params = {**base_params, "output_dir": str(folder), "db": default_url(run_dir / runfolder.DATABASE),
+                     **(parameters or {})}
+        tasks.append((nb, str(source), str(runfolder.notebook_path(run_dir, nb)), nb_params, str(folder), bar))
     failed, notebook_wall_s = [], {}
     signal_dir = run_dir / ".measured"
     shutil.rmtree(signal_dir, ignore_errors=True)  # signals of an earlier, resumed run say nothing now
@@ -134,13 +141,14 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
         notebook_wall_s[nb] = round(wall_s, 2)
         if error:
             failed.append((nb, error))
-            echo(f"notebook {nb} failed: {error} (see {run_dir / f'{nb}.ipynb'})")
+            echo(f"notebook {nb} failed: {error} (see {runfolder.notebook_path(run_dir, nb)})")
 
-    fragments = []
+    fragments, by_calibration = [], {}
     for nb in names:
-        path = run_dir / f"fragment-{nb}.json"
+        path = runfolder.fragment_path(run_dir, nb)
         if path.exists():
             fragments.append(read_fragment(path))
+            by_calibration[nb] = fragments[-1]
         elif nb not in dict(failed):
             failed.append((nb, f"wrote no fragment ({path})"))
     if not fragments:
@@ -169,7 +177,13 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
                "finished": utc_now()}
     if summary["simulated"]:
         summary["note"] = SIMULATED_BANNER
-    (run_dir / "run.json").write_text(json.dumps(summary, indent=2) + "\n")
+    runfolder.write_index(run_dir, summary, by_calibration, device=device_fp, software=software_fp)
+    try:  # the report is for people: a failure to write it is a warning, never a lost run
+        from .html_report import write_report
+
+        write_report(run_dir)
+    except Exception as exc:  # noqa: BLE001
+        echo(f"warning: could not write {run_dir / runfolder.REPORT}: {type(exc).__name__}: {exc}")
     return RunResult(run_dir=run_dir, profile_path=target, params=params, simulated=summary["simulated"],
                      failed=failed, wall_s=summary["wall_s"])
 

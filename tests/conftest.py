@@ -59,3 +59,26 @@ def quick_dram_points():
 
     sim = SimBackend()
     return len(dram.plan("quick", l2_bytes=sim.l2_bytes, memory_bytes=sim.memory_bytes))
+
+
+@pytest.fixture(scope="session")
+def sim_run(tmp_path_factory):
+    """One `calib run` of the whole quick suite on the simulated device (the small slow GPU spec),
+    shared by the tests that read a run folder (the end-to-end run, the report, the browser test):
+    a run costs over a minute on CI's two cores. `--backend auto` where there is no GPU, so that
+    the fallback is tested too; `sim` on a GPU host. Tests that change the folder must say so."""
+    import os
+    import subprocess
+    from types import SimpleNamespace
+
+    from calib.backends import resolve_backend_name
+
+    root = tmp_path_factory.mktemp("sim-run")
+    run_dir, profile = root / "run", root / "profile.json"
+    backend = "auto" if resolve_backend_name("auto", 0)[0] == "sim" else "sim"
+    env = {**os.environ, "XDG_DATA_HOME": str(root / "xdg-data")}
+    env.pop("CALIB_PROFILE", None)
+    proc = subprocess.run([sys.executable, "-m", "calib", "run", "--backend", backend, "--sim-spec",
+                           str(FIXTURES / "small_slow_gpu.json"), "--run-dir", str(run_dir), "--profile", str(profile),
+                           "--no-progress", "--jobs", "2"], capture_output=True, text=True, timeout=600, env=env)
+    return SimpleNamespace(run_dir=run_dir, profile=profile, proc=proc, backend=backend, env=env)

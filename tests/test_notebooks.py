@@ -75,15 +75,13 @@ def test_notebooks_are_what_the_generator_writes(tmp_path, monkeypatch, saved_in
 
 
 @pytest.mark.slow
-def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
-    run_dir, profile = tmp_path / "run", tmp_path / "profile.json"
+def test_calib_run_on_the_simulated_device_end_to_end(sim_run, fixture_path):
+    # the session's shared run (conftest.sim_run); this test resumes it in place at the end
+    run_dir, profile, proc = sim_run.run_dir, sim_run.profile, sim_run.proc
     spec = fixture_path("small_slow_gpu.json")
-    proc = subprocess.run([sys.executable, "-m", "calib", "run", "--backend", "auto", "--sim-spec", str(spec),
-                           "--run-dir", str(run_dir), "--profile", str(profile), "--no-progress", "--jobs", "2"],
-                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     first_line = proc.stdout.splitlines()[0]
-    assert "SIMULATED" in first_line and "no GPU found" in first_line
+    assert "SIMULATED" in first_line and ("no GPU found" in first_line or sim_run.backend == "sim")
 
     doc = json.loads(profile.read_text())
     assert doc["device"]["simulated"] is True and doc["schema"] == "calib.profile/1"
@@ -101,7 +99,7 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
     # two notebooks in flight: the other one started beside the host-timed one and got ready, but
     # measured nothing until the host-timed one had finished measuring
     def started(nb):
-        stamp = pd.Timestamp(nbformat.read(run_dir / f"{nb}.ipynb", as_version=4).metadata.papermill.start_time)
+        stamp = pd.Timestamp(nbformat.read(run_dir / nb / f"{nb}.ipynb", as_version=4).metadata.papermill.start_time)
         return stamp.tz_convert(None) if stamp.tzinfo else stamp
 
     jobs = pd.DataFrame(sqlite3.connect(run_dir / "results.sqlite").execute(
@@ -110,31 +108,39 @@ def test_calib_run_on_the_simulated_device_end_to_end(tmp_path, fixture_path):
                                                                 "finished": "datetime64[us]"})
     launch_jobs = jobs[jobs.experiment == "launch_latency"]
     assert len(launch_jobs) and (jobs[jobs.experiment != "launch_latency"].started >= launch_jobs.finished.max()).all()
-    others = [p.stem for p in run_dir.glob("*.ipynb") if p.stem != "launch_latency"]
+    others = [p.stem for p in run_dir.glob("*/*.ipynb") if p.stem != "launch_latency"]
     beside = min(others, key=started)  # the notebook that was in flight with the host-timed one
     assert len(others) == 10 and started(beside) < launch_jobs.started.min()
     ready = pd.Timestamp((run_dir / ".measured" / f"{beside}.ready").stat().st_mtime, unit="s")
     assert ready <= launch_jobs.started.min()  # the host-timed notebook measured once the other was ready
 
     # every file the run wrote says it is simulated
-    executed = nbformat.read(run_dir / "memory_bandwidth.ipynb", as_version=4)
+    executed = nbformat.read(run_dir / "memory_bandwidth" / "memory_bandwidth.ipynb", as_version=4)
     text = "".join(str(o.get("text", "")) for c in executed.cells if c.cell_type == "code" for o in c.outputs)
     assert text.index("SIMULATED DEVICE") < 200
-    assert json.loads((run_dir / "fragment-memory_bandwidth.json").read_text())["simulated"] is True
+    assert json.loads((run_dir / "memory_bandwidth" / "fragment-memory_bandwidth.json").read_text())["simulated"]
     assert json.loads((run_dir / "run.json").read_text())["simulated"] is True
-    assert any(run_dir.glob("residuals-*.png")) and (run_dir / "memory_bandwidth.parquet").exists()
-    assert pd.read_parquet(run_dir / "memory_bandwidth.parquet")["simulated"].all()
+    assert any(run_dir.glob("*/residuals-*.png"))
+    assert (run_dir / "memory_bandwidth" / "memory_bandwidth.parquet").exists()
+    assert pd.read_parquet(run_dir / "memory_bandwidth" / "memory_bandwidth.parquet")["simulated"].all()
     assert "SIMULATED" in proc.stdout.splitlines()[-1]
 
     # the same run folder again: nothing is re-measured
-    again = subprocess.run([sys.executable, "-m", "calib", "run", "--sim-spec", str(spec), "--run-dir", str(run_dir),
+    again = subprocess.run([sys.executable, "-m", "calib", "run", "--backend", sim_run.backend, "--sim-spec", str(spec),
+                            "--run-dir", str(run_dir),
                             "--profile", str(profile), "--no-progress", "--notebook", "memory_bandwidth",
                             "--jobs", "1"],
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
-    executed = nbformat.read(run_dir / "memory_bandwidth.ipynb", as_version=4)
+    executed = nbformat.read(run_dir / "memory_bandwidth" / "memory_bandwidth.ipynb", as_version=4)
     text = "".join(str(o.get("text", "")) for c in executed.cells if c.cell_type == "code" for o in c.outputs)
     assert "0 measured now" in text
+    # the run folder still describes the whole run: its index, snapshot and report keep every calibration
+    index = json.loads((run_dir / "run.json").read_text())
+    assert len(index["notebooks"]) == 11 and "memory.dram.read_bandwidth_gbps" in index["parameters"]
+    assert {"memory.dram.read_bandwidth_gbps", "launch.overhead_us"} <= set(
+        json.loads((run_dir / "profile.json").read_text())["params"])
+    assert "launch_latency" in (run_dir / "report.html").read_text()
 
     show = subprocess.run([sys.executable, "-m", "calib", "show", str(profile), "--no-device-check"],
                           capture_output=True, text=True, timeout=60)

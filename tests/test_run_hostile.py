@@ -83,7 +83,7 @@ def test_a_profile_refused_after_the_notebooks_ran_keeps_the_run_and_says_how_to
     code, err = _run(tmp_path, profile, capsys)
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert profile.read_bytes() == before  # the user's profile is left as it was
-    assert (tmp_path / "run" / "fragment-launch_latency.json").is_file()
+    assert (tmp_path / "run" / "launch_latency" / "fragment-launch_latency.json").is_file()
     assert f"kept in {(tmp_path / 'run').resolve()}" in err
     command = err.split("`")[1]
     assert command.startswith("calib run ") and "--profile OTHER.json" in command

@@ -119,5 +119,7 @@ print(json.dumps({
     assert "SIMULATED" in calib_run.stdout.splitlines()[0]
     doc = json.loads(profile.read_text())
     assert doc["device"]["simulated"] is True and doc["params"]
-    assert (run_dir / f"fragment-{notebook}.json").exists() and (run_dir / f"{notebook}.ipynb").exists()
+    folder = run_dir / notebook  # a folder per calibration
+    assert (folder / f"fragment-{notebook}.json").exists() and (folder / f"{notebook}.ipynb").exists()
+    assert (run_dir / "report.html").is_file() and (run_dir / "profile.json").is_file()  # the report from the wheel
     assert not list(elsewhere.iterdir()), "calib run wrote into its working folder"
