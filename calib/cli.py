@@ -303,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_review_parsers(sub)  # calib report, calib merge
     add_verify_parser(sub)
+    from .heuristics.cli import add_heuristics_parser
+
+    add_heuristics_parser(sub)  # calib heuristics evaluate
     return p
 
 

@@ -1,0 +1,335 @@
+"""How close the heuristics come to exhaustive search, problem by problem.
+
+For every problem of a kind (drawn by the family's seeded generator, or read from a JSON-lines
+file): every candidate of the family's space is checked against the reference and timed through
+the autotune machinery (:meth:`calib.autotune.Autotuner.select`, so the timings land in the tuning
+database and a second evaluation on the same device times nothing); then
+
+- ``best``: the fastest measured candidate;
+- ``heuristic``: the candidate :func:`calib.heuristics.choose` returns on the profile (all layers:
+  a user's registered heuristic is what gets evaluated), its measured time over ``best``;
+- ``baseline``: the static rule's choice (:mod:`calib.heuristics.baselines`), the same ratio;
+- ``library``: the op a user would call instead (CuPy's), timed the same way, over ``best``;
+- ``predicted``: the predictor's time and 95% interval for the heuristic's choice, against its
+  measured time.
+
+Ratios are reported as *efficiency* ``best / time`` (1 = as fast as exhaustive search; the issue's
+"0.97 of the exhaustive best") and, equivalently, *slowdown* ``time / best``. The geometric mean,
+the worst case and quantiles summarize each (:func:`summarize`). Timings of the heuristic's and
+baseline's choices are the exhaustive search's own timings of those candidates, so every ratio
+compares measurements of one run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time as _time
+from pathlib import Path
+
+from ..errors import CalibError
+from .families import family
+from .knobs import knobs
+from .registry import KINDS, HeuristicError, choose
+
+QUANTILES = (0.05, 0.10, 0.25, 0.50, 0.75, 0.90)
+
+
+class ProblemFileError(CalibError, ValueError):
+    """A problems file that yields no problem at all (each bad line is reported, not fatal)."""
+
+
+# ----------------------------------------------------------------------------------------------
+# arithmetic
+
+def _quantile(sorted_values, p: float) -> float:
+    """Linear interpolation between order statistics (numpy's default, ``method="linear"``)."""
+    n = len(sorted_values)
+    if n == 0:
+        return math.nan
+    h = (n - 1) * p
+    lo = math.floor(h)
+    hi = min(lo + 1, n - 1)
+    return sorted_values[lo] + (h - lo) * (sorted_values[hi] - sorted_values[lo])
+
+
+def summarize(times, best) -> dict:
+    """Efficiency ``best/time`` and slowdown ``time/best`` over problems: geometric means, worst
+    cases, quantiles of efficiency, and the share of problems within 3% of the best."""
+    pairs = [(t, b) for t, b in zip(times, best) if t is not None and b is not None and t > 0 and b > 0]
+    if not pairs:
+        return {"n": 0}
+    eff = sorted(b / t for t, b in pairs)
+    g = math.exp(sum(math.log(e) for e in eff) / len(eff))
+    return {"n": len(eff), "geomean_efficiency": g, "worst_efficiency": eff[0], "geomean_slowdown": 1 / g,
+            "worst_slowdown": 1 / eff[0],
+            "efficiency_quantiles": {f"p{round(p * 100)}": _quantile(eff, p) for p in QUANTILES},
+            "within_3pct": sum(e >= 1 / 1.03 for e in eff) / len(eff)}
+
+
+def prediction_errors(rows, *, only_memory_bound: bool = False) -> dict:
+    errs = sorted(abs(r["predicted_us"] / r["heuristic_us"] - 1) for r in rows
+                  if r.get("predicted_us") and r.get("heuristic_us") and (r["memory_bound"] or not only_memory_bound))
+    inside = [r["predicted_ci95"][0] <= r["heuristic_us"] <= r["predicted_ci95"][1] for r in rows
+              if r.get("predicted_ci95") and r.get("heuristic_us") and (r["memory_bound"] or not only_memory_bound)]
+    if not errs:
+        return {"n": 0}
+    return {"n": len(errs), "median_abs_rel_error": _quantile(errs, 0.5), "p90_abs_rel_error": _quantile(errs, 0.9),
+            "worst_abs_rel_error": errs[-1], "interval_contains_measured": sum(inside) / len(inside)}
+
+
+# ----------------------------------------------------------------------------------------------
+# problems
+
+def read_problems(kind: str, path) -> tuple[list, list[str]]:
+    """Descriptors from a JSON-lines file, and a line-numbered reason for each line skipped."""
+    fam = family(kind)
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProblemFileError(f"cannot read problems file {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    out, bad = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            bad.append(f"{p}:{n}: not JSON ({exc.msg} at column {exc.colno})")
+            continue
+        if isinstance(obj, dict) and obj.get("kind", kind) != kind:
+            bad.append(f"{p}:{n}: a {obj.get('kind')} problem, not {kind}")
+            continue
+        try:
+            out.append(fam.descriptor(obj))
+        except HeuristicError as exc:
+            bad.append(f"{p}:{n}: {exc}")
+    if not out:
+        why = f": {'; '.join(bad[:5])}" if bad else " (it is empty)"
+        raise ProblemFileError(f"problems file {p} has no usable {kind} problem{why}")
+    return out, bad
+
+
+# ----------------------------------------------------------------------------------------------
+# the evaluation
+
+def _gpu_rule():
+    from ..timing import StoppingRule
+
+    return StoppingRule(min_samples=5, max_samples=20, batch=5, rel_precision=0.01, budget_s=0.02)
+
+
+class _GpuSetup:
+    def __init__(self):
+        from ..ops import conv2d
+
+        self.device, self.software = conv2d.cupy_fingerprint()
+        self.sm_count = int(self.device["sm_count"])
+        self.rule = _gpu_rule()
+
+    def case(self, fam, d):
+        return fam.GpuCase(d, self.sm_count)
+
+    def timer(self, thunk):
+        from ..ops.conv2d import cuda_timer
+
+        return cuda_timer(thunk, rule=self.rule, warmup=3, warmup_s=0.001)
+
+
+def resolve_backend(backend: str) -> str:
+    if backend in ("sim", "cupy"):
+        return backend
+    from ..fingerprint import detect_current
+
+    return "sim" if detect_current() is None else "cupy"
+
+
+def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100, seed: int = 0,
+             db: str | None = None, profile=None, sim_spec=None, max_bytes: float | None = None,
+             budget_s: float | None = None, progress=None) -> dict:
+    """Evaluate ``kind``'s heuristic, baseline and library op against exhaustive search.
+
+    ``problems``: descriptors (default: ``count`` from the family's generator with ``seed``).
+    ``db``: the tuning database URL (default: in memory on the simulated device, the user's
+    autotune database on a GPU). ``budget_s``: stop starting problems after this much wall time
+    (the result says how many were done). ``progress``: a file to print progress lines to."""
+    from ..autotune import Autotuner
+    from .predictor import predict_model
+    from .baselines import BASELINES
+
+    if kind not in KINDS:
+        raise HeuristicError(f"no scheduler kind {kind!r}; the kinds are {', '.join(KINDS)}")
+    fam = family(kind)
+    backend = resolve_backend(backend)
+    gen_kw = {} if max_bytes is None else {"max_bytes": max_bytes}
+    problems = list(problems) if problems is not None else fam.generate(count, seed, **gen_kw)
+    if backend == "sim":
+        from ..backends.sim import SimBackend
+        from .simdevice import SimCase, sim_profile
+
+        sim = SimBackend(sim_spec, seed=seed)
+        device, software = sim.fingerprint()
+        profile = profile if profile is not None else sim_profile(sim, seed=seed)
+        make_case = lambda d: SimCase(fam, sim, d)  # noqa: E731
+        timer = None
+        persist = db is not None
+    else:
+        gpu = _GpuSetup()
+        device, software = gpu.device, gpu.software
+        if profile is None:
+            import calib
+
+            profile = calib.default_profile()
+        make_case = lambda d: gpu.case(fam, d)  # noqa: E731
+        timer = gpu.timer
+        persist = True
+    tuner = Autotuner(device, software, protocol={"evaluation": "calib heuristics evaluate", "backend": backend},
+                      url=db, persist=persist, policy="use")
+    rows, started = [], _time.perf_counter()
+    stopped_early = None
+    for i, d in enumerate(problems):
+        if budget_s is not None and _time.perf_counter() - started > budget_s:
+            stopped_early = f"time budget of {budget_s:g} s spent after {i} of {len(problems)} problems"
+            break
+        case = make_case(d)
+        try:
+            rows.append(_one(fam, kind, d, case, tuner, profile, timer, BASELINES[kind], predict_model))
+        except Exception as exc:  # noqa: BLE001 - one problem that cannot run costs only itself
+            if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+                rows.append({"descriptor": _desc(d), "error": f"out of memory: {exc}"})
+            elif isinstance(exc, CalibError):
+                rows.append({"descriptor": _desc(d), "error": str(exc)})
+            else:
+                raise
+        finally:
+            case.free()
+        if progress is not None and (i + 1) % max(1, len(problems) // 10) == 0:
+            print(f"calib heuristics evaluate {kind}: {i + 1}/{len(problems)} problems, "
+                  f"{_time.perf_counter() - started:.1f} s", file=progress, flush=True)
+    if backend == "cupy":
+        _cp_free()
+    ok = [r for r in rows if "error" not in r]
+    summary = {name: summarize([r[f"{name}_us"] for r in ok], [r["best_us"] for r in ok])
+               for name in ("heuristic", "baseline", "library")}
+    pred = {"all": prediction_errors(ok), "memory_bound": prediction_errors(ok, only_memory_bound=True)}
+    from .registry import ReadRecorder
+
+    rec = ReadRecorder(profile)
+    if problems:
+        fam.heuristic(problems[0], rec)
+    return {"format": "calib.heuristics.evaluation", "version": 1, "kind": kind, "backend": backend,
+            "simulated": backend == "sim", "device": device, "software": software,
+            "profile": _profile_source(profile), "parameters_read": sorted(rec.names),
+            "created": _now(), "seed": seed, "problems": len(problems), "evaluated": len(ok),
+            "failed": len(rows) - len(ok), "stopped_early": stopped_early,
+            "tuning_database": (tuner.db.url if tuner.db is not None else "memory (pass --db to record)"),
+            "autotune_counters": tuner.counters.as_dict(), "wall_s": _time.perf_counter() - started,
+            "summary": summary, "prediction": pred, "rows": rows}
+
+
+def _cp_free():
+    try:
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _desc(d) -> dict:
+    import dataclasses
+
+    return {k: v for k, v in dataclasses.asdict(d).items() if not k.startswith("_")}
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _profile_source(profile) -> str:
+    path = getattr(profile, "path", None)
+    return str(path) if path else getattr(profile, "origin", type(profile).__name__)
+
+
+def _one(fam, kind, d, case, tuner, profile, timer, baseline, predict_model) -> dict:
+    cands = fam.space(d)
+    if timer is None:
+        time_fn = case.time
+    else:
+        time_fn = lambda k: timer(lambda: case.run(k))  # noqa: E731
+    sel = tuner.select(fam.FAMILY, d, cands, time=time_fn, check=case.check)
+    entry = tuner.entry(fam.FAMILY, d)
+    timings = entry.timings if entry is not None else {}
+    usable = {c: t.time_us for c, t in timings.items() if t.usable}
+    if not usable:
+        raise HeuristicError(f"no candidate of {fam.FAMILY} ran for {d}")
+    best_id = min(usable, key=usable.get)
+    by_id = {c.autotune_name: c for c in cands}
+
+    def measured(k) -> float | None:
+        cid = knobs(k).autotune_name
+        if cid in usable:
+            return usable[cid]
+        if cid in timings:  # wrong or unsupported: it cannot be used
+            return None
+        case.check(k)  # outside the space (a user's heuristic): checked and timed on its own
+        return float(time_fn(knobs(k)).center_us)
+
+    h = choose(kind, d, profile)
+    b = baseline(d, profile)
+    lib = case.library() if timer is None else timer(case.library())
+    pred = predict_model(fam.model_us, d, knobs(h), profile)
+    return {"descriptor": _desc(d), "key": sel.descriptor_key, "candidates": len(cands),
+            "usable": len(usable), "best": dict(by_id.get(best_id, {})) or best_id, "best_us": usable[best_id],
+            "winner": sel.candidate, "heuristic": dict(h), "heuristic_us": measured(h), "baseline": dict(b),
+            "baseline_us": measured(b), "library_us": float(lib.center_us), "predicted_us": pred.time_us,
+            "predicted_ci95": list(pred.ci95), "memory_bound": bool(getattr(fam, "memory_bound", lambda d: True)(d))}
+
+
+# ----------------------------------------------------------------------------------------------
+# reports
+
+def _fmt(s: dict) -> str:
+    if not s.get("n"):
+        return "| – | – | – | – | – |"
+    q = s["efficiency_quantiles"]
+    return (f"| {s['geomean_efficiency']:.3f} | {s['worst_efficiency']:.3f} | {q['p10']:.3f} | {q['p50']:.3f} | "
+            f"{s['within_3pct']:.0%} |")
+
+
+def to_markdown(res: dict) -> str:
+    lines = [f"## {res['kind']} on {res['device'].get('name')} ({res['backend']}"
+             f"{', SIMULATED' if res['simulated'] else ''}), {res['created']}", "",
+             f"{res['evaluated']} of {res['problems']} problems evaluated in {res['wall_s']:.1f} s"
+             f"{'; ' + res['stopped_early'] if res['stopped_early'] else ''}; profile: {res['profile']}; "
+             f"tuning database: {res['tuning_database']}.", "",
+             "Efficiency = exhaustive best / time of the choice (1 = the best).", "",
+             "| choice | geomean | worst | p10 | median | within 3% |", "|---|---|---|---|---|---|"]
+    for name, label in (("heuristic", "profile-driven heuristic"), ("baseline", "static baseline"),
+                        ("library", "library op (CuPy)")):
+        lines.append(f"| {label} " + _fmt(res["summary"][name]))
+    lines.append("")
+    for which, label in (("all", "all problems"), ("memory_bound", "memory-bound problems")):
+        p = res["prediction"][which]
+        if p.get("n"):
+            lines.append(f"- predictor vs measured ({label}, {p['n']}): median |error| "
+                         f"{p['median_abs_rel_error']:.1%}, "
+                         f"p90 {p['p90_abs_rel_error']:.1%}, worst {p['worst_abs_rel_error']:.1%}; the 95% interval "
+                         f"contains the measured time in {p['interval_contains_measured']:.0%}")
+    timed = [r for r in res["rows"] if r.get("heuristic_us")]
+    worst = sorted(timed, key=lambda r: r["best_us"] / r["heuristic_us"])[:3]
+    if worst:
+        lines += ["", "Worst problems for the heuristic:", ""]
+        for r in worst:
+            lines.append(f"- {r['descriptor']}: chose {r['heuristic']} at {r['heuristic_us']:.4g} us; best {r['best']} "
+                         f"at {r['best_us']:.4g} us ({r['best_us'] / r['heuristic_us']:.3f})")
+    return "\n".join(lines) + "\n"
+
+
+def print_table(res: dict, out=sys.stdout):
+    out.write(to_markdown(res))

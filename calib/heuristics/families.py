@@ -1,0 +1,16 @@
+"""The kernel family of each scheduler kind: its descriptor, search space, model, heuristic and
+CuPy kernels. Imported on first use, so that ``import calib.heuristics`` stays light."""
+
+from __future__ import annotations
+
+import importlib
+
+from .registry import KINDS, HeuristicError
+
+MODULES = {"pointwise": "pointwise", "normalization": "normalization", "matmul_splitk": "splitk"}
+
+
+def family(kind: str):
+    if kind not in KINDS:
+        raise HeuristicError(f"no scheduler kind {kind!r}; the kinds are {', '.join(KINDS)}")
+    return importlib.import_module(f"{__package__}.{MODULES[kind]}")

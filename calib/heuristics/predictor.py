@@ -1,0 +1,225 @@
+"""The predictor: a kernel's expected time from the machine profile, with a 95% interval.
+
+A family's time model is a function ``model(descriptor, knobs, q) -> microseconds`` where ``q(name,
+default)`` is the only way it reads machine parameters. The same model serves three purposes:
+
+- the **prediction** (:func:`predict`): ``q`` reads the profile (``query``), so the built-in
+  heuristics rank candidates with it;
+- the **interval**: propagated from the CIs of exactly the parameters the model read, by the delta
+  method with finite differences of one standard error per parameter (``se = CI half-width / 1.96``;
+  the time moved by ``±se`` in each parameter, the contributions added in quadrature, as for
+  independent estimates). Finite differences of one SE, not derivatives, because the models have
+  kinks (``max`` of compute and memory, whole waves) where a derivative says nothing about a
+  change of the size of the uncertainty. Deterministic: no random seed. Parameters without a CI
+  (a hand-written profile, a default) contribute nothing and are listed in ``without_ci``;
+- the **simulated device's truth** (``q`` reads the planted values), where each family adds the
+  effects a profile cannot know (register allocation, block scheduling), so that the heuristics are
+  tested against a device that is not their own model.
+
+The building blocks here are the physics every family shares: fixed cost, bandwidth by memory
+level (L2-resident working sets, the L2 ramp, DRAM) and access width, bytes in flight per SM
+(Little's law), compute throughput, and waves over the SMs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .registry import read
+
+Z95 = 1.959963984540054
+
+# What an empty profile falls back to: datasheet-like numbers of a recent datacentre GPU, so
+# that a heuristic still makes a sane choice (with a warning per name from the profile).
+DEFAULTS = {
+    "device.sm_count": 108,
+    "memory.dram.fixed_cost_us": 5.0,
+    "memory.l2.capacity_bytes": 40e6,
+    "memory.l2.capacity_bytes.ramp_end": 60e6,
+    "memory.l2.read_bandwidth_gbps": 6000.0,
+    "memory.bytes_in_flight_per_sm": 32768.0,
+    "compute.fp32.fma_tflops": 19.5,
+    "compute.fp16.tensor_tflops": 312.0,
+    "compute.bf16.tensor_tflops": 312.0,
+    "compute.tf32.tensor_tflops": 156.0,
+    "matmul.splitk.elements_reduced_per_second": 3e11,
+    "normalization.additional_registers": 40.0,
+    "normalization.max_persistent_elements_per_thread": 128.0,
+}
+DRAM_DEFAULT_GBPS = 1500.0  # 16-byte accesses; narrower ones derated below
+WIDTH_DERATING = {16: 1.0, 8: 0.95, 4: 0.78, 2: 0.42, 1: 0.22}
+WIDTHS = (1, 2, 4, 8, 16)
+
+
+def q_of(profile) -> Callable:
+    """``q(name, default)`` reading ``profile`` through :func:`calib.heuristics.registry.read`."""
+    return lambda name, default=None: read(profile, name, DEFAULTS.get(name, default) if default is None else default)
+
+
+def q_of_values(values: dict, device: dict | None = None) -> Callable:
+    """``q`` over a plain dict of values (the simulated device's truth, a perturbed profile)."""
+    device = device or {}
+
+    def q(name, default=None):
+        if name.startswith("device."):
+            v = device.get(name[7:])
+        else:
+            v = values.get(name)
+        if v is None:
+            return DEFAULTS.get(name, default) if default is None else default
+        return v
+
+    return q
+
+
+# ----------------------------------------------------------------------------------------------
+# shared physics
+
+def width_of(nbytes: int) -> int:
+    """The access width (bytes) a profile parameter exists for: the largest of 1..16 not above."""
+    w = 1
+    for cand in WIDTHS:
+        if cand <= nbytes:
+            w = cand
+    return w
+
+
+def dram_gbps(q, traffic: str, width_bytes: int) -> float:
+    """DRAM bandwidth for ``traffic`` (read, write, copy) at an access width, from
+    ``memory.dram.<traffic>_bandwidth_gbps.align<width>``, else the 16-byte value derated."""
+    w = width_of(width_bytes)
+    base = q(f"memory.dram.{traffic}_bandwidth_gbps", DRAM_DEFAULT_GBPS)
+    return q(f"memory.dram.{traffic}_bandwidth_gbps.align{w}", base * WIDTH_DERATING[w])
+
+
+def l2_fraction(q, working_set_bytes: float) -> float:
+    """Share of the traffic L2 serves for a working set that is re-read (timed back to back):
+    all of it up to ``memory.l2.capacity_bytes``, none past ``...ramp_end``, linear between."""
+    cap = q("memory.l2.capacity_bytes", DEFAULTS["memory.l2.capacity_bytes"])
+    end = q("memory.l2.capacity_bytes.ramp_end", max(cap * 1.5, DEFAULTS["memory.l2.capacity_bytes.ramp_end"]))
+    if working_set_bytes <= cap:
+        return 1.0
+    if working_set_bytes >= end or end <= cap:
+        return 0.0
+    return (end - working_set_bytes) / (end - cap)
+
+
+def stream_us(q, nbytes: float, working_set_bytes: float, width_bytes: int, traffic: str = "copy") -> float:
+    """Time to move ``nbytes`` at full occupancy: L2 and DRAM shares at their bandwidths, both
+    derated by the access width (narrow accesses cost instructions at either level)."""
+    if nbytes <= 0:
+        return 0.0
+    f = l2_fraction(q, working_set_bytes)
+    dram = dram_gbps(q, traffic, width_bytes)
+    l2 = q("memory.l2.read_bandwidth_gbps", DEFAULTS["memory.l2.read_bandwidth_gbps"])
+    l2 *= dram / dram_gbps(q, traffic, 16)
+    return nbytes * (f / (l2 * 1e3) + (1.0 - f) / (dram * 1e3))
+
+
+_C90 = (1 / 0.9) ** 3 - 1  # eff(1) = 0.9: "bytes in flight per SM for 90% of DRAM bandwidth"
+
+
+def inflight_efficiency(q, bytes_in_flight_per_sm: float) -> float:
+    """Fraction of the bandwidth reached with this many bytes in flight per SM: Little's law with a
+    soft knee, 0.9 at ``memory.bytes_in_flight_per_sm`` (the parameter's definition)."""
+    need = q("memory.bytes_in_flight_per_sm", DEFAULTS["memory.bytes_in_flight_per_sm"])
+    x = max(bytes_in_flight_per_sm, 1e-9) / need
+    return (1.0 + _C90 / x**3) ** (-1.0 / 3.0)
+
+
+def sm_count(q) -> int:
+    return int(q("device.sm_count", DEFAULTS["device.sm_count"]))
+
+
+def fixed_us(q) -> float:
+    """A kernel's fixed cost on the GPU's clock (event-timed): the DRAM read line's intercept."""
+    return q("memory.dram.fixed_cost_us", DEFAULTS["memory.dram.fixed_cost_us"])
+
+
+def imbalance(blocks: int, sms: int) -> float:
+    """max over SMs / mean blocks per SM: how much longer the busiest SM works than the average."""
+    if blocks <= 0:
+        return 1.0
+    return math.ceil(blocks / sms) / (blocks / sms)
+
+
+# ----------------------------------------------------------------------------------------------
+# predictions with intervals
+
+@dataclass(frozen=True)
+class Prediction:
+    time_us: float
+    ci95: tuple[float, float]
+    parameters: dict = field(default_factory=dict)  # name -> value the model read
+    contributions_us: dict = field(default_factory=dict)  # name -> SD of the time from its CI
+    without_ci: tuple = ()
+
+    @property
+    def rel_halfwidth(self) -> float:
+        return (self.ci95[1] - self.ci95[0]) / 2 / self.time_us if self.time_us > 0 else math.inf
+
+    def to_dict(self) -> dict:
+        return {"time_us": self.time_us, "ci95": list(self.ci95), "parameters": dict(self.parameters),
+                "contributions_us": dict(self.contributions_us), "without_ci": list(self.without_ci)}
+
+
+def _se_of(profile, name: str) -> float | None:
+    """Standard error of a parameter from its record's CI, or None (no record, no CI)."""
+    if name.startswith("device."):
+        return None
+    rec = getattr(profile, "record", None)
+    if rec is None:
+        return None
+    try:
+        r = rec(name)
+    except Exception:  # noqa: BLE001 - a missing record: the default has no CI
+        return None
+    ci = getattr(r, "ci95", None)
+    if not ci or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in ci):
+        return None
+    return (ci[1] - ci[0]) / 2 / Z95
+
+
+def predict_model(model: Callable, descriptor, knobs, profile, *, ses: dict | None = None) -> Prediction:
+    """``model(descriptor, knobs, q)`` evaluated on ``profile`` with its delta-method interval.
+
+    ``ses``: standard errors by name, in place of the profile's CIs (tests, a profile in memory)."""
+    seen: dict = {}
+    base_q = q_of(profile)
+
+    def q(name, default=None):
+        v = base_q(name, default)
+        seen.setdefault(name, v)
+        return v
+
+    t = float(model(descriptor, knobs, q))
+    contrib, without = {}, []
+    for name, value in list(seen.items()):
+        se = (ses or {}).get(name) if ses is not None else _se_of(profile, name)
+        if not se or not isinstance(value, (int, float)):
+            without.append(name)
+            continue
+
+        def shifted(delta, name=name, value=value):
+            def qq(n, d=None):
+                return value + delta if n == name else q(n, d)
+
+            return float(model(descriptor, knobs, qq))
+
+        lo_v = value - se
+        if lo_v <= 0:  # a positive parameter: a one-sided difference stands in
+            contrib[name] = abs(shifted(se) - t)
+        else:
+            contrib[name] = abs(shifted(se) - shifted(-se)) / 2
+    sd = math.sqrt(sum(c * c for c in contrib.values()))
+    return Prediction(t, (max(t - Z95 * sd, 0.0), t + Z95 * sd), dict(seen), contrib, tuple(without))
+
+
+def rank(model: Callable, descriptor, candidates, profile) -> list[tuple[float, object]]:
+    """(predicted us, candidate) for every candidate, fastest first (ties: the order given)."""
+    q = q_of(profile)
+    scored = [(float(model(descriptor, c, q)), i, c) for i, c in enumerate(candidates)]
+    scored.sort(key=lambda x: (x[0], x[1]))
+    return [(t, c) for t, _, c in scored]

@@ -1,0 +1,358 @@
+"""Layers of a scheduling heuristic: built-in, a user's heuristic from Python, a per-problem override.
+
+For each scheduler kind (``pointwise``, ``normalization``, ``matmul_splitk``) a heuristic is a
+function ``(descriptor, profile) -> launch parameters`` (a dict of knobs). :func:`choose` asks the
+layers in this order, the first that answers wins:
+
+1. an **override** for this very problem: a mapping from ``calib.autotune.descriptor_key`` to
+   parameters (:func:`set_overrides`, :func:`load_overrides` from JSON or JSON lines), because a
+   user who measured one shape knows better than any model;
+2. the **user's heuristics**, innermost first: one registered with :func:`register` (for the whole
+   process) or :func:`using` (inside a ``with`` block). A replacing heuristic is called as
+   ``fn(descriptor, profile)``; a wrapping one (``wrap=True``) as ``fn(descriptor, profile,
+   builtin)`` where ``builtin`` is the answer of the layer below it (so a user can adjust the
+   built-in's answer rather than rewrite it, as the compiler team's proposal asks);
+3. the **built-in** heuristic of the kind (it ranks the family's candidates with the predictor).
+
+Thread-safety: process-wide registrations are kept under a lock and replaced as a whole (readers
+never see a half-made list); ``with using(...)`` layers are per thread *and* per asyncio task
+(a ``contextvars.ContextVar``), so a block in one thread never changes another thread's choices,
+and leaving the block restores what was there, also when the block raises.
+
+Profiles are read only through ``query(name, default)`` (:class:`calib.profile.Profile.query` or
+an object with that method), so every heuristic works, with warnings, on an empty profile.
+``device.<field>`` names (``device.sm_count``) read the profile's fingerprint the same way
+(:func:`read`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import threading
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from ..errors import CalibError
+
+KINDS = ("pointwise", "normalization", "matmul_splitk")
+
+
+class HeuristicError(CalibError, ValueError):
+    """A heuristic was registered or asked for wrongly (an unknown kind, a bad answer)."""
+
+
+class OverrideFileError(CalibError, ValueError):
+    """An override file that cannot be read: names the file, the line and what is wrong."""
+
+
+class HeuristicWarning(UserWarning):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------
+# reading the profile: query(name, default) and nothing else
+
+def read(profile, name: str, default):
+    """``profile.query(name, default)``; ``device.<field>`` from the profile's fingerprint.
+
+    Never raises: a profile without the name, a broken profile, or an object without ``query``
+    gives ``default`` (``Profile.query`` warns once per name; a missing device field warns here)."""
+    if name.startswith("device."):
+        q = getattr(profile, "query_device", None)
+        if q is not None:  # a wrapper (ReadRecorder) that wants to see device reads too
+            return q(name, default)
+        device = getattr(profile, "device", None) or {}
+        value = device.get(name[len("device."):]) if isinstance(device, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return value
+        _warn_once(("device", id(profile), name),
+                   f"the profile has no {name}; using the default {default!r}")
+        return default
+    try:
+        return profile.query(name, default)
+    except Exception as exc:  # noqa: BLE001 - a heuristic must never fail for want of a number
+        _warn_once(("query", id(profile), name), f"query({name!r}) failed ({type(exc).__name__}: {exc}); "
+                   f"using the default {default!r}")
+        return default
+
+
+_warned: set = set()
+
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, HeuristicWarning, stacklevel=4)
+
+
+class ReadRecorder:
+    """Wraps a profile and records every name a heuristic reads (``names``), with the value served.
+
+    Used by the tests to show which parameters each heuristic depends on, and by
+    ``calib heuristics evaluate --json`` to report them."""
+
+    def __init__(self, profile):
+        self.profile = profile
+        self.names: dict[str, object] = {}
+
+    def query(self, name, default=None, **kw):
+        value = self.profile.query(name, default, **kw)
+        self.names[name] = value
+        return value
+
+    def query_device(self, name, default):
+        value = read(self.profile, name, default)
+        self.names[name] = value
+        return value
+
+    @property
+    def device(self):
+        return getattr(self.profile, "device", {})
+
+    def record(self, name):
+        return self.profile.record(name)
+
+
+# ----------------------------------------------------------------------------------------------
+# the layers
+
+class _Layer:
+    __slots__ = ("fn", "wrap", "name")
+
+    def __init__(self, fn: Callable, wrap: bool, name: str):
+        self.fn, self.wrap, self.name = fn, wrap, name
+
+
+_lock = threading.Lock()
+_process: dict[str, tuple] = {k: () for k in KINDS}  # kind -> layers, outermost last; replaced whole
+_scoped: contextvars.ContextVar = contextvars.ContextVar("calib_heuristics_scoped", default=())
+_overrides: dict[str, dict] = {}  # descriptor key -> {kind: params} or {"*": params}
+_builtins: dict[str, Callable] = {}
+
+
+def _check_kind(kind: str):
+    if kind not in KINDS:
+        raise HeuristicError(f"no scheduler kind {kind!r}; the kinds are {', '.join(KINDS)}")
+
+
+def _builtin(kind: str) -> Callable:
+    fn = _builtins.get(kind)  # a test's stand-in; else the family's own, looked up each time
+    if fn is None:
+        from . import families
+
+        fn = families.family(kind).heuristic
+    return fn
+
+
+def register(kind: str, fn: Callable, *, wrap: bool = False, name: str | None = None) -> Callable:
+    """Add ``fn`` as this process's heuristic for ``kind`` (on top of any registered before).
+
+    ``wrap=False``: ``fn(descriptor, profile)`` replaces what is below. ``wrap=True``:
+    ``fn(descriptor, profile, below)`` receives the answer of the layer below (the built-in, or a
+    heuristic registered earlier). Returns a function that removes this registration."""
+    _check_kind(kind)
+    if not callable(fn):
+        raise HeuristicError(f"a heuristic must be callable, not {type(fn).__name__}")
+    layer = _Layer(fn, bool(wrap), name or getattr(fn, "__name__", "user"))
+    with _lock:
+        _process[kind] = _process[kind] + (layer,)
+
+    def unregister():
+        with _lock:
+            _process[kind] = tuple(x for x in _process[kind] if x is not layer)
+
+    return unregister
+
+
+def clear(kind: str | None = None):
+    """Remove the process-wide registrations (of one kind, or all) and every override."""
+    with _lock:
+        for k in ([kind] if kind else KINDS):
+            _check_kind(k)
+            _process[k] = ()
+        if kind is None:
+            _overrides.clear()
+
+
+@contextlib.contextmanager
+def using(kind: str, fn: Callable, *, wrap: bool = False, name: str | None = None):
+    """``with using("pointwise", my_fn): ...``: ``fn`` is the heuristic of ``kind`` inside the
+    block, in this thread (or task) only; on leaving, by any way, the previous layers are back."""
+    _check_kind(kind)
+    if not callable(fn):
+        raise HeuristicError(f"a heuristic must be callable, not {type(fn).__name__}")
+    token = _scoped.set(_scoped.get() + ((kind, _Layer(fn, bool(wrap), name or getattr(fn, "__name__", "user"))),))
+    try:
+        yield
+    finally:
+        _scoped.reset(token)
+
+
+def layers(kind: str) -> list[str]:
+    """Names of the layers that :func:`choose` would consult for ``kind``, innermost first."""
+    _check_kind(kind)
+    scoped = [ly.name for k, ly in reversed(_scoped.get()) if k == kind]
+    return scoped + [ly.name for ly in reversed(_process[kind])] + ["builtin"]
+
+
+# ----------------------------------------------------------------------------------------------
+# overrides
+
+def set_overrides(mapping: dict, *, kind: str | None = None, replace: bool = False):
+    """Per-problem overrides: ``{descriptor key (or descriptor): params}``. With ``kind`` they apply
+    to that kind only, else to whichever kind is asked for the problem."""
+    from ..autotune.descriptors import descriptor_key
+
+    if kind is not None:
+        _check_kind(kind)
+    new = {}
+    for key, params in mapping.items():
+        if not isinstance(params, dict):
+            raise HeuristicError(f"override for {str(key)[:16]}: parameters must be a mapping, "
+                                 f"not {type(params).__name__}")
+        k = key if isinstance(key, str) else descriptor_key(key)
+        new.setdefault(k, {})[kind or "*"] = dict(params)
+    with _lock:
+        if replace:
+            _overrides.clear()
+        for k, v in new.items():
+            _overrides.setdefault(k, {}).update(v)
+
+
+def load_overrides(path, *, replace: bool = False) -> int:
+    """Read overrides from ``path`` and install them; returns how many.
+
+    Formats: a JSON object ``{descriptor_key: params}``; or JSON lines, one object per line, each
+    ``{"params": {...}}`` plus either ``"key": "<descriptor key>"`` or ``"descriptor": {...}`` (whose
+    key is computed), and optionally ``"kind"``. Blank lines and lines starting with ``#`` are
+    skipped. Every problem found is reported at once, with its line."""
+    from ..autotune.descriptors import DescriptorError, descriptor_key
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise OverrideFileError(f"override file {p} does not exist") from None
+    except IsADirectoryError:
+        raise OverrideFileError(f"override file {p} is a directory") from None
+    except UnicodeDecodeError as exc:
+        raise OverrideFileError(f"override file {p} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise OverrideFileError(f"cannot read override file {p}: {exc.strerror or exc}") from None
+    entries: list[tuple[str, str | None, dict]] = []
+    problems: list[str] = []
+    stripped = text.strip()
+    whole = None
+    if stripped.startswith("{"):
+        try:
+            whole = json.loads(stripped)
+        except json.JSONDecodeError:
+            whole = None  # perhaps JSON lines: parsed line by line below
+    if isinstance(whole, dict) and not ({"params", "key", "descriptor"} & set(whole)):
+        for key, params in whole.items():
+            if not isinstance(params, dict):
+                problems.append(f"{p}: key {key[:16]}: parameters must be an object, not {type(params).__name__}")
+            else:
+                entries.append((key, None, params))
+    else:
+        for n, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                problems.append(f"{p}:{n}: not JSON ({exc.msg} at column {exc.colno})")
+                continue
+            if not isinstance(obj, dict):
+                problems.append(f"{p}:{n}: a line must be a JSON object, not {type(obj).__name__}")
+                continue
+            params, kind = obj.get("params"), obj.get("kind")
+            if not isinstance(params, dict):
+                problems.append(f"{p}:{n}: needs \"params\": an object of launch parameters")
+                continue
+            if kind is not None and kind not in KINDS:
+                problems.append(f"{p}:{n}: kind {kind!r} is none of {', '.join(KINDS)}")
+                continue
+            if isinstance(obj.get("key"), str):
+                key = obj["key"]
+            elif "descriptor" in obj:
+                try:
+                    key = descriptor_key(obj["descriptor"])
+                except (DescriptorError, TypeError, ValueError) as exc:
+                    problems.append(f"{p}:{n}: bad descriptor: {exc}")
+                    continue
+            else:
+                problems.append(f"{p}:{n}: needs \"key\" (a descriptor key) or \"descriptor\"")
+                continue
+            entries.append((key, kind, params))
+    if problems:
+        more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+        raise OverrideFileError("; ".join(problems[:10]) + more)
+    if replace:
+        with _lock:
+            _overrides.clear()
+    for key, kind, params in entries:
+        set_overrides({key: params}, kind=kind)
+    return len(entries)
+
+
+def override_for(kind: str, descriptor) -> dict | None:
+    if not _overrides:
+        return None
+    from ..autotune.descriptors import descriptor_key
+
+    found = _overrides.get(descriptor_key(descriptor))
+    if not found:
+        return None
+    params = found.get(kind, found.get("*"))
+    return dict(params) if params is not None else None
+
+
+# ----------------------------------------------------------------------------------------------
+# choosing
+
+def default_profile():
+    import calib
+
+    return calib.default_profile()
+
+
+def choose(kind: str, descriptor, profile=None, *, layers_used: list | None = None) -> dict:
+    """The launch parameters for ``descriptor``: override, else user layers, else built-in.
+
+    ``profile``: anything with ``query(name, default)`` (default: this machine's profile).
+    ``layers_used``: a list that receives the names of the layers that answered."""
+    _check_kind(kind)
+    forced = override_for(kind, descriptor)
+    if forced is not None:
+        if layers_used is not None:
+            layers_used.append("override")
+        return forced
+    if profile is None:
+        profile = default_profile()
+    stack = [ly for ly in _process[kind]] + [ly for k, ly in _scoped.get() if k == kind]  # outermost last
+    return _ask(kind, stack, descriptor, profile, layers_used)
+
+
+def _ask(kind, stack, descriptor, profile, layers_used):
+    if not stack:
+        answer = _builtin(kind)(descriptor, profile)
+        name = "builtin"
+    else:
+        top = stack[-1]
+        if top.wrap:
+            below = _ask(kind, stack[:-1], descriptor, profile, layers_used)
+            answer = top.fn(descriptor, profile, dict(below))
+        else:
+            answer = top.fn(descriptor, profile)
+        name = top.name
+    if not isinstance(answer, dict):
+        raise HeuristicError(f"heuristic {name} for {kind} returned {type(answer).__name__}, not a dict of "
+                             "launch parameters")
+    if layers_used is not None:
+        layers_used.append(name)
+    return answer

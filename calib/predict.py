@@ -1,0 +1,39 @@
+"""``calib.predict``: a kernel's expected time from the machine profile, with a 95% interval.
+
+::
+
+    from calib import predict
+    p = predict.predict("pointwise", {"op": "add", "n": 1 << 26, "dtype": "float32"},
+                        {"vec": 4, "ept": 2, "block": 256, "grid": "cover"})
+    p.time_us, p.ci95, p.contributions_us
+
+The model of each kind is its family's (:mod:`calib.heuristics.pointwise` ...); the interval is the
+delta method over the CIs of the parameters the model read (:mod:`calib.heuristics.predictor`).
+A kernel of one's own is predicted by the learned predictor, :mod:`calib.heuristics.learned`
+(``learn`` from a few measured sizes, then ``LearnedModel.predict``).
+"""
+
+from __future__ import annotations
+
+from .heuristics.predictor import Prediction, predict_model
+
+__all__ = ["Prediction", "predict", "predict_model"]  # and, on first use, learn and LearnedModel
+
+
+def predict(kind: str, descriptor, params: dict, profile=None) -> Prediction:
+    """Expected time of ``kind``'s kernel for ``descriptor`` launched with ``params``."""
+    from .heuristics.families import family
+    from .heuristics.knobs import knobs
+    from .heuristics.registry import default_profile
+
+    fam = family(kind)
+    return predict_model(fam.model_us, fam.descriptor(descriptor), knobs(params),
+                         default_profile() if profile is None else profile)
+
+
+def __getattr__(name):
+    if name in ("learn", "LearnedModel"):
+        from .heuristics import learned
+
+        return getattr(learned, name)
+    raise AttributeError(f"module 'calib.predict' has no attribute {name!r}")

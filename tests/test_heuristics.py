@@ -1,0 +1,295 @@
+"""Heuristic layers, the empty-profile fallback, the parameters each heuristic reads, the
+predictor's interval coverage and the evaluation's arithmetic, on the simulated device."""
+
+import json
+import math
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+from calib import heuristics as H
+from calib.autotune import descriptor_key
+from calib.errors import CalibError
+from calib.heuristics import evaluate as E
+from calib.heuristics import pointwise as PW
+from calib.heuristics import predictor as P
+from calib.profile import Profile
+
+D = {"op": "add", "n": 1 << 24, "dtype": "float16"}
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    H.clear()
+    yield
+    H.clear()
+
+
+@pytest.fixture(scope="module")
+def sim_prof():
+    from calib.backends.sim import SimBackend
+    from calib.heuristics.simdevice import sim_profile
+
+    return sim_profile(SimBackend())
+
+
+def test_builtin_answers_a_launch_from_the_space(sim_prof):
+    k = H.choose("pointwise", D, sim_prof)
+    assert k in PW.space(PW.descriptor(D))
+
+
+def test_override_wins_over_every_layer(sim_prof):
+    H.register("pointwise", lambda d, p: {"vec": 1, "ept": 1, "block": 64, "grid": "cover"})
+    H.set_overrides({descriptor_key(PW.descriptor(D)): {"vec": 2, "ept": 1, "block": 1024, "grid": "cover"}})
+    used = []
+    assert H.choose("pointwise", PW.descriptor(D), sim_prof, layers_used=used)["block"] == 1024
+    assert used == ["override"]
+    other = dict(D, n=1000)
+    assert H.choose("pointwise", other, sim_prof)["block"] == 64  # other problems: the user's layer
+
+
+def test_wrapper_sees_the_builtins_answer_and_replacer_does_not_call_it(sim_prof):
+    seen = []
+
+    def wrap(d, prof, below):
+        seen.append(dict(below))
+        return {**below, "block": 999}
+
+    H.register("pointwise", wrap, wrap=True)
+    out = H.choose("pointwise", D, sim_prof)
+    assert seen == [H.builtin("pointwise", D, sim_prof)]
+    assert out == {**seen[0], "block": 999}
+    undo = H.register("pointwise", lambda d, p: {"mine": 1})
+    assert H.choose("pointwise", D, sim_prof) == {"mine": 1}
+    undo()
+    assert H.choose("pointwise", D, sim_prof)["block"] == 999
+
+
+def test_with_block_is_scoped_and_restored_on_exception(sim_prof):
+    base = H.choose("pointwise", D, sim_prof)
+    with H.using("pointwise", lambda d, p: {"inner": 1}):
+        assert H.choose("pointwise", D, sim_prof) == {"inner": 1}
+        with H.using("pointwise", lambda d, p, b: {**b, "x": 2}, wrap=True):
+            assert H.choose("pointwise", D, sim_prof) == {"inner": 1, "x": 2}
+        assert H.layers("pointwise")[0] == "<lambda>"
+    assert H.choose("pointwise", D, sim_prof) == base
+    with pytest.raises(ZeroDivisionError):
+        with H.using("pointwise", lambda d, p: {"inner": 1}):
+            raise ZeroDivisionError
+    assert H.choose("pointwise", D, sim_prof) == base
+    assert H.layers("pointwise") == ["builtin"]
+
+
+def test_with_block_does_not_leak_into_other_threads(sim_prof):
+    base = H.choose("pointwise", D, sim_prof)
+    inside, other = threading.Event(), {}
+    done = threading.Event()
+
+    def worker():
+        inside.wait(5)
+        other["answer"] = H.choose("pointwise", D, sim_prof)
+        done.set()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    with H.using("pointwise", lambda d, p: {"mine": 1}):
+        inside.set()
+        done.wait(5)
+    t.join(5)
+    assert other["answer"] == base
+
+
+def test_bad_kind_and_bad_answers_are_calib_errors(sim_prof):
+    with pytest.raises(CalibError, match="no scheduler kind"):
+        H.register("gemm", lambda d, p: {})
+    H.register("pointwise", lambda d, p: [1, 2])
+    with pytest.raises(H.HeuristicError, match="not a dict"):
+        H.choose("pointwise", D, sim_prof)
+
+
+def test_overrides_from_json_and_json_lines_and_bad_files(tmp_path, sim_prof):
+    d = PW.descriptor(D)
+    f = tmp_path / "o.json"
+    f.write_text(json.dumps({descriptor_key(d): {"vec": 8, "ept": 4, "block": 512, "grid": 4}}))
+    assert H.load_overrides(f) == 1
+    assert H.choose("pointwise", d, sim_prof)["grid"] == 4
+    lines = tmp_path / "o.jsonl"
+    lines.write_text("# mine\n" + json.dumps({"kind": "pointwise", "descriptor": dict(D, n=5000),
+                                             "params": {"vec": 1, "ept": 1, "block": 32, "grid": "cover"}}) + "\n")
+    assert H.load_overrides(lines, replace=True) == 1
+    assert H.choose("pointwise", dict(D, n=5000), sim_prof)["block"] == 32
+    assert H.choose("pointwise", d, sim_prof)["grid"] != 4 or True  # replaced: the first file's entry is gone
+    assert H.override_for("pointwise", d) is None
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"key": "abc", "params": {"vec": 1}}\nnot json\n{"descriptor": {"op": "add"}}\n[1]\n'
+                   '{"key": "x", "params": {}, "kind": "gemm"}\n')
+    with pytest.raises(H.OverrideFileError) as err:
+        H.load_overrides(bad)
+    msg = str(err.value)
+    assert f"{bad}:2: not JSON" in msg and f"{bad}:3: needs \"params\"" in msg and f"{bad}:4:" in msg
+    assert "kind 'gemm'" in msg
+    with pytest.raises(H.OverrideFileError, match="does not exist"):
+        H.load_overrides(tmp_path / "nothing.json")
+    with pytest.raises(H.OverrideFileError, match="directory"):
+        H.load_overrides(tmp_path)
+
+
+def test_empty_profile_falls_back_with_warnings():
+    empty = Profile({})
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        k = H.choose("pointwise", D, empty)
+    assert k in PW.space(PW.descriptor(D))
+    assert any("default" in str(x.message) for x in w)
+
+
+def _reads(kind, d, profile):
+    rec = H.ReadRecorder(profile)
+    from calib.heuristics.families import family
+
+    family(kind).heuristic(d, rec)
+    return set(rec.names)
+
+
+def test_pointwise_reads_exactly_these_parameters(sim_prof):
+    names = set()
+    for dtype in ("float16", "float32", "float64"):
+        for n in (1000, 1 << 20, 1 << 28):
+            names |= _reads("pointwise", {"op": "mul", "n": n, "dtype": dtype}, sim_prof)
+    assert names == {
+        "device.sm_count", "memory.dram.fixed_cost_us", "memory.l2.capacity_bytes",
+        "memory.l2.capacity_bytes.ramp_end", "memory.l2.read_bandwidth_gbps", "memory.bytes_in_flight_per_sm",
+        "compute.fp32.fma_tflops", "memory.dram.copy_bandwidth_gbps",
+        *(f"memory.dram.copy_bandwidth_gbps.align{w}" for w in (2, 4, 8, 16))}
+
+
+def test_baseline_reads_no_profile():
+    rec = H.ReadRecorder(Profile({}))
+    H.baseline("pointwise", D, rec)
+    assert rec.names == {}
+    assert H.baseline("pointwise", D) == {"vec": 8, "ept": 1, "block": 128, "grid": "cover"}
+
+
+# -- the predictor ------------------------------------------------------------------------------
+
+def test_predictor_interval_covers_the_planted_truth():
+    """Profiles 'calibrated' with 1% errors whose CIs cover the truth at 95%: the prediction's 95%
+    interval must contain the time the model gives at the true parameters at about that rate."""
+    from calib.backends.sim import SimBackend
+    from calib.heuristics.simdevice import sim_profile, truth_q
+
+    sim = SimBackend()
+    q_true = truth_q(sim)
+    problems = PW.generate(40, seed=3)
+    rng = np.random.default_rng(0)
+    hits, total = 0, 0
+    for seed in range(25):
+        prof = sim_profile(sim, rel_se=0.01, seed=seed)
+        for d in problems:
+            k = PW.space(d)[int(rng.integers(len(PW.space(d))))]
+            p = P.predict_model(PW.model_us, d, k, prof)
+            truth = PW.model_us(d, k, q_true)
+            hits += p.ci95[0] <= truth <= p.ci95[1]
+            total += 1
+    rate = hits / total
+    assert 0.91 <= rate <= 0.99, rate
+
+
+def test_prediction_names_its_parameters_and_uncertainty(sim_prof):
+    from calib import predict
+
+    p = predict.predict("pointwise", {"op": "add", "n": 1 << 27, "dtype": "float32"},
+                        {"vec": 4, "ept": 2, "block": 256, "grid": "cover"}, sim_prof)
+    assert p.ci95[0] < p.time_us < p.ci95[1]
+    assert "memory.dram.copy_bandwidth_gbps.align16" in p.contributions_us
+    assert "device.sm_count" in p.without_ci
+    # DRAM-bound: about bytes / bandwidth plus the fixed cost
+    bw = sim_prof.query("memory.dram.copy_bandwidth_gbps.align16")
+    assert p.time_us == pytest.approx(3 * 4 * (1 << 27) / (bw * 1e3) + 4.0, rel=0.05)
+
+
+# -- the evaluation's arithmetic ------------------------------------------------------------------
+
+def test_summary_arithmetic_by_hand():
+    s = E.summarize([2.0, 1.0, 4.0, 1.0], [1.0, 1.0, 2.0, 1.0])  # efficiencies 0.5, 1, 0.5, 1
+    assert s["n"] == 4
+    assert s["geomean_efficiency"] == pytest.approx(math.sqrt(0.5))
+    assert s["worst_efficiency"] == 0.5 and s["worst_slowdown"] == 2.0
+    assert s["geomean_slowdown"] == pytest.approx(math.sqrt(2))
+    assert s["efficiency_quantiles"]["p50"] == pytest.approx(0.75)
+    assert s["efficiency_quantiles"]["p25"] == pytest.approx(0.5 + 0.75 * 0.5 - 0.375)  # h = 0.75: 0.5
+    assert s["within_3pct"] == 0.5
+    assert E.summarize([None, 0.0], [1.0, 1.0]) == {"n": 0}
+    q = np.percentile([0.1, 0.4, 0.7, 0.9, 1.0], [5, 10, 25, 50, 75, 90])
+    got = E.summarize([1 / x for x in (0.1, 0.4, 0.7, 0.9, 1.0)], [1.0] * 5)["efficiency_quantiles"]
+    assert list(got.values()) == pytest.approx(list(q))
+
+
+def test_evaluation_on_a_hand_computable_family(monkeypatch):
+    """Two problems, a space of two candidates with known times and no noise: the ratios are exact."""
+    from calib.backends import sim as simmod
+
+    monkeypatch.setitem(simmod.DEFAULT_NOISE, "rel_sd", 0.0)
+    monkeypatch.setitem(simmod.DEFAULT_NOISE, "outlier_rate", 0.0)
+    times = {"a": 10.0, "b": 20.0}
+    from calib.heuristics.knobs import Knobs
+
+    monkeypatch.setattr(PW, "space", lambda d: [Knobs(c="a"), Knobs(c="b")])
+    monkeypatch.setattr(PW, "model_us", lambda d, k, q, hidden=False: times[k["c"]] * (1 if d.n == 1000 else 3))
+    monkeypatch.setattr(PW, "sim_library_us", lambda d, q: 40.0)
+    monkeypatch.setattr(PW, "heuristic", lambda d, p: Knobs(c="b") if d.n == 1000 else Knobs(c="a"))
+    from calib.heuristics import baselines
+
+    monkeypatch.setitem(baselines.BASELINES, "pointwise", lambda d, p=None: Knobs(c="b"))
+    probs = [PW.PointwiseDescriptor("add", 1000), PW.PointwiseDescriptor("add", 2000)]
+    res = E.evaluate("pointwise", probs, backend="sim")
+    h, b, lib = (res["summary"][k] for k in ("heuristic", "baseline", "library"))
+    assert [r["best_us"] for r in res["rows"]] == pytest.approx([10.0, 30.0])
+    assert h["geomean_efficiency"] == pytest.approx(math.sqrt(0.5 * 1.0))
+    assert h["worst_efficiency"] == pytest.approx(0.5)
+    assert b["geomean_efficiency"] == pytest.approx(0.5) and b["worst_efficiency"] == pytest.approx(0.5)
+    assert lib["geomean_efficiency"] == pytest.approx(math.sqrt(10 / 40 * 30 / 40))
+    assert res["prediction"]["all"]["median_abs_rel_error"] == pytest.approx(0.0)
+
+
+def test_pointwise_evaluation_on_the_sim_reaches_the_bar_in_seconds():
+    res = E.evaluate("pointwise", count=100, seed=1)
+    assert res["evaluated"] == 100 and res["wall_s"] < 30
+    h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
+    assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85
+    assert h["geomean_efficiency"] >= b["geomean_efficiency"]
+    assert res["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
+    json.dumps(res, allow_nan=False, default=str)
+
+
+def test_problem_file_reports_bad_lines(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"op": "add", "n": 4096, "dtype": "float32"}\nnope\n{"op": "pow", "n": 3}\n'
+                 '{"op": "add", "n": -1}\n{"kind": "normalization", "op": "softmax"}\n\n')
+    probs, bad = E.read_problems("pointwise", f)
+    assert probs == [PW.PointwiseDescriptor("add", 4096, "float32")]
+    assert [b.split(":")[1] for b in bad] == ["2", "3", "4", "5"]
+    empty = tmp_path / "e.jsonl"
+    empty.write_text("nope\n")
+    with pytest.raises(E.ProblemFileError, match="no usable"):
+        E.read_problems("pointwise", empty)
+
+
+def test_cli_evaluate_json_on_the_sim(tmp_path, capsys):
+    from calib.cli import main
+
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"op": "exp", "n": 100000, "dtype": "float16"}\n{"op": "add", "n": 3e7}\nbad\n')
+    assert main(["heuristics", "evaluate", "--kind", "pointwise", "--problems", str(f), "--backend", "sim",
+                 "--json", "--db", f"sqlite:///{tmp_path}/t.sqlite"]) == 0
+    out = capsys.readouterr()
+    res = json.loads(out.out)
+    assert res["evaluated"] == 2 and "p.jsonl:3" in out.err
+    assert res["tuning_database"].endswith("t.sqlite")
+    # recorded: a second run times nothing
+    assert main(["heuristics", "evaluate", "--kind", "pointwise", "--problems", str(f), "--backend", "sim",
+                 "--json", "--db", f"sqlite:///{tmp_path}/t.sqlite"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["autotune_counters"]["benchmarks"] == 0 and again["autotune_counters"]["hits"] == 2
