@@ -66,7 +66,7 @@ def test_short_sweep_fits_with_narrow_ci(backend, tmp_path):
     {"calibration": "launch_latency", "kind": "latency", "spin_iters": 1000},
     {"calibration": "launch_latency", "kind": "graph", "count": 16},
     {"calibration": "matmul_splitk", "mn": 1 << 22, "splits": 4},
-    {"calibration": "compute_throughput", "dtype": "fp32", "iters": 512, "threads": 132 * 2048, "ilp": 8},
+    {"calibration": "compute_throughput", "dtype": "fp32", "iters": 512, "threads": 132 * 2048, "ilp": 16},
     {"calibration": "cache_hierarchy", "working_set_bytes": 16 << 20, "passes": 64},
     {"calibration": "shared_memory", "iters": 1024, "threads": 132 * 2048, "access_bytes": 16},
     {"calibration": "matmul_throughput", "dtype": "fp16", "m": 2048, "n": 2048, "k": 2048},

@@ -71,7 +71,7 @@ class CalibrationDefinitionError(TypeError):
 def small_kernels(backend):
     """kernels/small.cu on the CuPy backend: the small kernels several calibrations share (empty
     and spinning kernels, split-K and reduction kernels, L2 and shared-memory reads, FMA chains)."""
-    return backend.module("small", "small.cu", ["fma_chains<8>"])
+    return backend.module("small", "small.cu", ["fma_chains<16>"])
 
 
 def line_figures(result, title, axes: dict) -> dict:
