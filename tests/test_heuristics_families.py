@@ -1,0 +1,74 @@
+"""The normalization and split-K families on the simulated device: their spaces, what their
+heuristics read, their baselines, and their evaluations."""
+
+import json
+
+import pytest
+
+from calib import heuristics as H
+from calib.heuristics import evaluate as E
+from calib.heuristics import normalization as NM
+from calib.profile import Profile
+
+
+@pytest.fixture(scope="module")
+def sim_prof():
+    from calib.backends.sim import SimBackend
+    from calib.heuristics.simdevice import sim_profile
+
+    return sim_profile(SimBackend())
+
+
+def _reads(kind, ds, profile):
+    rec = H.ReadRecorder(profile)
+    from calib.heuristics.families import family
+
+    for d in ds:
+        family(kind).heuristic(d, rec)
+    return set(rec.names)
+
+
+def test_normalization_space_is_launchable_and_reads_the_register_parameters(sim_prof):
+    d = NM.descriptor({"op": "softmax", "rows": 4096, "cols": 4096, "dtype": "float32"})
+    sp = NM.space(d)
+    assert {k["strategy"] for k in sp} == {"persistent", "multipass"}
+    for k in sp:
+        if k["strategy"] == "persistent":
+            assert k["buffer"] * k["threads"] >= d.cols and k["buffer"] % k["vec"] == 0
+    names = _reads("normalization", [d, NM.descriptor({"op": "layernorm", "rows": 3, "cols": 30000,
+                                                        "dtype": "float16"})], sim_prof)
+    assert {"normalization.additional_registers", "normalization.max_persistent_elements_per_thread",
+            "normalization.load_bandwidth_gbps.align16", "memory.bytes_in_flight_per_sm", "device.sm_count",
+            "memory.l2.capacity_bytes", "memory.l2.read_bandwidth_gbps", "memory.dram.fixed_cost_us"} <= names
+    assert all(n.startswith(("normalization.", "memory.", "device.", "compute.")) for n in names)
+
+
+def test_normalization_baseline_is_nvfusers_rule():
+    # 40 registers of overhead, 50% occupancy: at most 24 fp32 values per thread
+    k = H.baseline("normalization", {"op": "softmax", "rows": 8, "cols": 4096})
+    assert k == {"strategy": "persistent", "threads": 256, "vec": 4, "buffer": 16}
+    assert H.baseline("normalization", {"op": "softmax", "rows": 8, "cols": 30000})["strategy"] == "multipass"
+
+
+def test_normalization_on_an_empty_profile_still_chooses(recwarn):
+    k = H.choose("normalization", {"op": "layernorm", "rows": 100, "cols": 1000, "dtype": "float16"}, Profile({}))
+    assert k in NM.space(NM.descriptor({"op": "layernorm", "rows": 100, "cols": 1000, "dtype": "float16"}))
+
+
+def test_spilling_buffers_are_predicted_slow(sim_prof):
+    from calib.heuristics.predictor import q_of
+
+    d = NM.descriptor({"op": "softmax", "rows": 20000, "cols": 8192, "dtype": "float32"})
+    q = q_of(sim_prof)
+    fit = NM.model_us(d, {"strategy": "persistent", "threads": 64, "vec": 4, "buffer": 128}, q)
+    spill = NM.model_us(d, {"strategy": "persistent", "threads": 32, "vec": 4, "buffer": 256}, q)
+    assert spill > 1.3 * fit  # 56 values past the 200 that fit: local memory traffic
+
+
+def test_normalization_evaluation_on_the_sim():
+    res = E.evaluate("normalization", count=100, seed=2)
+    assert res["evaluated"] == 100 and res["wall_s"] < 30
+    h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
+    assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85
+    assert h["geomean_efficiency"] >= b["geomean_efficiency"]
+    json.dumps(res, allow_nan=False, default=str)
