@@ -190,3 +190,27 @@ def test_sentinel_sweeps_are_small():
     assert sum(sizes.values()) <= 30, sizes
     assert all(n >= 5 for n in sizes.values()), sizes
     assert np.isfinite(list(sizes.values())).all()
+
+
+def test_a_gpu_busy_with_other_work_is_not_confirmed_though_its_undisturbed_rates_are_unchanged(references):
+    """A third of the samples slowed by a neighbour: the estimates (which drop interfering samples) stay
+    on the truth, as they did on an H200 time-sliced with a process running matmuls; verify says busy."""
+    report = verify(references[0], backend="sim", sim_spec={"noise": {"outlier_rate": 0.3, "outlier_scale": 3.0}},
+                    seed=3)
+    for row in report.sentinels:
+        assert row["ratio"] == pytest.approx(1.0, abs=0.02)
+        assert row["status"] == "busy" and row["lost_share"] > 0.25
+    assert report.exit_code == 1 and not report.drifted
+    assert "NOT CONFIRMED" in format_report(report)
+
+
+def test_a_re_measurement_too_imprecise_to_tell_is_unsettled(references):
+    report = verify(references[0], backend="sim", sim_spec={"noise": {"rel_sd": 0.15}}, seed=3)
+    row = next(s for s in report.sentinels if s["name"] == "compute.bf16.tensor_tflops")
+    assert row["status"] == "unsettled" and "too wide" in row["reason"]
+    assert report.exit_code == 1
+
+
+def test_lost_share_on_a_quiet_simulated_device_is_small(references):
+    report = verify(references[0], backend="sim", seed=8)
+    assert all(row["lost_share"] < 0.05 for row in report.sentinels)
