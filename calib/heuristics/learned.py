@@ -1,0 +1,271 @@
+"""A predictor that learns a kernel from a few measured sizes: ``t = t0 + bytes_L2 / r_L2 + bytes_DRAM / r_DRAM``.
+
+Any kernel (a user's callable, a library op such as ``cupy.multiply`` or ``torch.softmax``) runs
+below the machine's peak by a factor of its own, so a roofline from the profile misses it; a
+straight line through a few sizes misses it where the sizes were not (the tail: L2-resident
+sizes, where the rate is L2's, and launch-bound ones, where the fixed cost is everything). The
+model here is the kernel's own three numbers, with the profile's knowledge of *where* the memory
+levels change:
+
+- the share of the bytes L2 serves at each size is the profile's (``memory.l2.capacity_bytes``
+  and ``...ramp_end``, :func:`calib.heuristics.predictor.l2_fraction`), not a fit;
+- ``t0``, ``r_DRAM`` and ``r_L2`` are fitted by weighted least squares over every *sample*
+  (weights ``1/t²``: timing noise is proportional to time), with classical standard errors and
+  Student-t intervals. With three sizes the residual degrees of freedom come from the samples,
+  so the CIs say how well the measurements pin the numbers, not how right the model is;
+- a rate the sizes cannot identify (no size in L2, or none past it) is the other rate scaled by
+  the profile's L2/DRAM bandwidth ratio, and says so (``assumed``).
+
+The default sizes (:func:`default_sizes`) are chosen from the profile to pin one number each: a
+launch-bound size (1/64 of the L2 capacity), an L2-resident one (half of it) and a DRAM one
+(8x the ramp's end).
+
+A learned model is stored in the profile under its own names, ``learned.<kernel>.t0_us``,
+``.rate_gbps``, ``.l2_rate_gbps`` (with CIs and units), through calib.profile's atomic, locked
+writer (:meth:`LearnedModel.save`), and read back with ``query`` (:meth:`LearnedModel.from_profile`).
+Tuning results feed the same fit: :func:`learn_from_autotune` takes the winners of a family's
+entries in the tuning database, one point per problem size.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from . import predictor as P
+from .registry import HeuristicError, read
+
+NAME = re.compile(r"^[a-z0-9_]+$")
+
+
+@dataclass
+class LearnedModel:
+    kernel: str
+    t0_us: float
+    rate_gbps: float
+    l2_rate_gbps: float
+    ci95: dict = field(default_factory=dict)  # name -> (lo, hi)
+    assumed: tuple = ()
+    n: int = 0
+    l2_capacity_bytes: float = P.DEFAULTS["memory.l2.capacity_bytes"]
+    l2_ramp_end_bytes: float = P.DEFAULTS["memory.l2.capacity_bytes.ramp_end"]
+
+    def _q(self, name, default=None):
+        return {"memory.l2.capacity_bytes": self.l2_capacity_bytes,
+                "memory.l2.capacity_bytes.ramp_end": self.l2_ramp_end_bytes}.get(name, default)
+
+    def predict_us(self, nbytes: float) -> float:
+        f = P.l2_fraction(self._q, nbytes)
+        return self.t0_us + nbytes * (f / (self.l2_rate_gbps * 1e3) + (1 - f) / (self.rate_gbps * 1e3))
+
+    def predict(self, nbytes: float) -> P.Prediction:
+        """The time at ``nbytes`` with a delta-method interval from the three numbers' CIs
+        (as independent: the profile keeps CIs, not covariances)."""
+        t = self.predict_us(nbytes)
+        contrib = {}
+        for name in ("t0_us", "rate_gbps", "l2_rate_gbps"):
+            ci = self.ci95.get(name)
+            if not ci:
+                continue
+            se = (ci[1] - ci[0]) / 2 / P.Z95
+            v = getattr(self, name)
+            lo = LearnedModel(**{**self.__dict__, name: max(v - se, 1e-9)})
+            hi = LearnedModel(**{**self.__dict__, name: v + se})
+            contrib[name] = abs(hi.predict_us(nbytes) - lo.predict_us(nbytes)) / 2
+        sd = math.sqrt(sum(c * c for c in contrib.values()))
+        return P.Prediction(t, (max(t - P.Z95 * sd, 0.0), t + P.Z95 * sd), {"bytes": nbytes}, contrib)
+
+    def records(self, source: str = "calib.heuristics.learned") -> dict:
+        units = {"t0_us": "us", "rate_gbps": "GB/s", "l2_rate_gbps": "GB/s"}
+        out = {}
+        for name, unit in units.items():
+            v = float(getattr(self, name))
+            ci = self.ci95.get(name)
+            rec = {"value": v, "unit": unit, "n": self.n, "source": source,
+                   "method": "WLS over samples, t = t0 + bytes_L2/r_L2 + bytes_DRAM/r_DRAM, L2 share from the profile",
+                   "flags": ["assumed from the other rate and the profile's L2/DRAM ratio"] if name in self.assumed
+                   else []}
+            if ci and ci[0] <= v <= ci[1] and ci[0] > 0:
+                rec["ci95"] = [float(ci[0]), float(ci[1])]
+            out[f"learned.{self.kernel}.{name}"] = rec
+        return out
+
+    def save(self, path, profile=None):
+        """Merge the records into the profile at ``path`` (atomic, under its lock)."""
+        from ..profile import merge_into
+
+        device = dict(getattr(profile, "device", None) or {})
+        software = dict(getattr(profile, "software", None) or {})
+        return merge_into(path, self.records(), device=device, software=software)
+
+    @classmethod
+    def from_profile(cls, profile, kernel: str) -> LearnedModel:
+        """The model stored under ``learned.<kernel>.*``, read through ``query``; the L2 sizes from
+        the same profile. Raises HeuristicError when the profile has none."""
+        vals = {n: read(profile, f"learned.{kernel}.{n}", None) for n in ("t0_us", "rate_gbps", "l2_rate_gbps")}
+        missing = [n for n, v in vals.items() if v is None]
+        if missing:
+            raise HeuristicError(f"the profile has no learned model of {kernel!r} (missing "
+                                 f"{', '.join('learned.' + kernel + '.' + m for m in missing)})")
+        ci = {}
+        for n in vals:
+            try:
+                c = profile.record(f"learned.{kernel}.{n}").ci95
+            except Exception:  # noqa: BLE001 - no CI: the prediction has none from it
+                c = None
+            if c:
+                ci[n] = tuple(c)
+        q = P.q_of(profile)
+        return cls(kernel, vals["t0_us"], vals["rate_gbps"], vals["l2_rate_gbps"], ci,
+                   l2_capacity_bytes=q("memory.l2.capacity_bytes"),
+                   l2_ramp_end_bytes=q("memory.l2.capacity_bytes.ramp_end"))
+
+
+def default_sizes(profile) -> list[float]:
+    """Bytes of three sizes that pin t0 (launch-bound), r_L2 (L2-resident) and r_DRAM."""
+    q = P.q_of(profile)
+    cap = q("memory.l2.capacity_bytes")
+    end = q("memory.l2.capacity_bytes.ramp_end")
+    return [cap / 64, cap / 2, 8 * max(end, cap)]
+
+
+def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
+    """Fit the model to samples (a sequence of arrays, one per size) measured at ``nbytes``."""
+    import numpy as np
+    from scipy import stats
+
+    if not NAME.match(kernel):
+        raise HeuristicError(f"a learned kernel's name is lower-case letters, digits and _: {kernel!r}")
+    q = P.q_of(profile)
+    rows, ys = [], []
+    for b, s in zip(nbytes, samples_us):
+        f = P.l2_fraction(q, float(b))
+        for t in np.asarray(s, dtype=float).ravel():
+            if math.isfinite(t) and t > 0:
+                rows.append((1.0, b * (1 - f) / 1e3, b * f / 1e3))
+                ys.append(t)
+    X, y = np.asarray(rows), np.asarray(ys)
+    if len(set(map(float, nbytes))) < 2 or len(y) < 4:
+        raise HeuristicError(f"learning {kernel} needs at least two sizes and four samples")
+    dram_r = P.dram_gbps(q, "copy", 16)
+    l2_r = q("memory.l2.read_bandwidth_gbps") * dram_r / P.dram_gbps(q, "copy", 16)
+    ratio = l2_r / dram_r
+    assumed = []
+    has_dram, has_l2 = X[:, 1].any(), X[:, 2].any()
+    if has_dram and has_l2 and len({round(x, 9) for x in X[:, 1] / np.maximum(X[:, 1] + X[:, 2], 1e-30)}) < 2:
+        has_l2 = False
+    if has_dram and has_l2:
+        cols = [0, 1, 2]
+        D = X
+    elif has_dram:  # the L2 rate from the DRAM one and the profile's ratio
+        cols = [0, 1]
+        D = np.column_stack([X[:, 0], X[:, 1] + X[:, 2] / ratio])
+        assumed = ["l2_rate_gbps"]
+    else:
+        cols = [0, 2]
+        D = np.column_stack([X[:, 0], X[:, 2] + X[:, 1] * ratio])
+        assumed = ["rate_gbps"]
+    scale = D.max(axis=0)
+    scale[scale == 0] = 1
+    Dn = D / scale
+    w = 1.0 / y**2
+    for _ in range(2):  # weights from fitted, not observed, times (a noisy sample must not pick its weight)
+        sw = np.sqrt(w)
+        beta, *_ = np.linalg.lstsq(Dn * sw[:, None], y * sw, rcond=None)
+        fitted = Dn @ beta
+        w = 1.0 / np.where(fitted > 0, fitted, y) ** 2
+    resid = (y - Dn @ beta) * np.sqrt(w)
+    dof = max(len(y) - D.shape[1], 1)
+    s2 = float(resid @ resid) / dof
+    cov = s2 * np.linalg.pinv((Dn * w[:, None]).T @ Dn)
+    se = np.sqrt(np.diag(cov)) / scale
+    beta = beta / scale
+    tq = float(stats.t.ppf(0.975, dof))
+    t0, c_a = float(beta[0]), float(beta[1])
+    ci = {"t0_us": (t0 - tq * se[0], t0 + tq * se[0])}
+
+    def rate(c, s):  # us per kB -> GB/s, the CI inverted where the slope's is positive
+        lo, hi = c - tq * s, c + tq * s
+        return 1.0 / c, ((1.0 / hi, 1.0 / lo) if lo > 0 else None)
+
+    if c_a <= 0:
+        raise HeuristicError(f"learning {kernel}: the time does not grow with the bytes (slope {c_a:.3g})")
+    if cols == [0, 1, 2]:
+        r_d, ci_d = rate(c_a, se[1])
+        r_l, ci_l = rate(float(beta[2]), se[2]) if beta[2] > 0 else (r_d * ratio, None)
+        if beta[2] <= 0:
+            assumed = ["l2_rate_gbps"]
+    elif cols == [0, 1]:
+        r_d, ci_d = rate(c_a, se[1])
+        r_l, ci_l = r_d * ratio, (tuple(x * ratio for x in ci_d) if ci_d else None)
+    else:
+        r_l, ci_l = rate(c_a, se[1])
+        r_d, ci_d = r_l / ratio, (tuple(x / ratio for x in ci_l) if ci_l else None)
+    if ci_d:
+        ci["rate_gbps"] = ci_d
+    if ci_l:
+        ci["l2_rate_gbps"] = ci_l
+    return LearnedModel(kernel, t0, r_d, r_l, ci, tuple(assumed), len(y), q("memory.l2.capacity_bytes"),
+                        q("memory.l2.capacity_bytes.ramp_end"))
+
+
+def learn(kernel: str, make=None, *, sizes=None, bytes_of=None, measure=None, profile=None, timer=None,
+          save_to=None) -> LearnedModel:
+    """Measure ``kernel`` at a few sizes and fit its model.
+
+    ``make(size) -> thunk``: what runs the kernel at a size (a user's callable, a library op);
+    timed by ``timer(thunk) -> Measurement`` (default: CUDA events). Or ``measure(size) ->
+    Measurement`` directly (the simulated device, a timing of one's own). ``sizes`` are in the
+    callable's units, ``bytes_of(size)`` their bytes moved (default: sizes are bytes; default
+    sizes: :func:`default_sizes`). ``save_to``: a profile path to store the model in."""
+    if profile is None:
+        from .registry import default_profile
+
+        profile = default_profile()
+    bytes_of = bytes_of or (lambda s: float(s))
+    sizes = list(sizes) if sizes is not None else [int(b) for b in default_sizes(profile)]
+    if measure is None:
+        if make is None:
+            raise HeuristicError("learn needs make(size) -> thunk, or measure(size) -> Measurement")
+        if timer is None:
+            from ..ops.conv2d import cuda_timer
+
+            timer = cuda_timer
+        measure = lambda s: timer(make(s))  # noqa: E731
+    samples = []
+    for s in sizes:
+        m = measure(s)
+        samples.append(m.samples_us[m.inliers] if hasattr(m, "inliers") else m)
+    model = fit(kernel, [bytes_of(s) for s in sizes], samples, profile)
+    if save_to is not None:
+        model.save(save_to, profile)
+    return model
+
+
+def learn_from_autotune(kernel: str, family: str, bytes_of, *, device: dict, url: str | None = None,
+                        profile=None) -> LearnedModel:
+    """The same fit from the tuning database: each stored problem of ``family`` on ``device`` is one
+    size (``bytes_of(descriptor dict)``), timed by its fastest candidate's samples."""
+    from ..autotune.entries import device_key
+    from ..autotune.storage import AutotuneDB
+
+    entries, _bad = AutotuneDB(url).read_all(family, device_key(device))
+    nbytes, samples = [], []
+    for e in entries:
+        ok = [t for t in e.timings.values() if t.usable]
+        if not ok:
+            continue
+        best = min(ok, key=lambda t: t.time_us)
+        import json
+
+        nbytes.append(float(bytes_of(json.loads(e.descriptor))))
+        samples.append(list(best.samples_us) if best.samples_us else [best.time_us])
+    if len(nbytes) < 2:
+        raise HeuristicError(f"the tuning database has {len(nbytes)} usable {family} entries for this device; "
+                             "learning needs two sizes or more")
+    if profile is None:
+        from .registry import default_profile
+
+        profile = default_profile()
+    return fit(kernel, nbytes, samples, profile)
