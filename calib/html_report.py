@@ -104,8 +104,8 @@ def _conditions(run: runfolder.RunFolder) -> tuple[dict, str | None]:
     out: dict = {}
     problems = []
     for url, by_session in sessions.items():
-        if url.startswith("sqlite") and not Path(url.split("///", 1)[-1]).exists() and local.exists():
-            url = f"sqlite:///{local}"  # a run folder moved since: its own database
+        if url.startswith("sqlite") and local.exists():
+            url = f"sqlite:///{local}"  # the folder's own database, also where the folder was moved or copied
         try:
             store = Store(url, readonly=True)
             q = (select(ResultRow.session_id, ConfigRow.experiment, ResultRow.throttled, ResultRow.protocol,
@@ -118,7 +118,8 @@ def _conditions(run: runfolder.RunFolder) -> tuple[dict, str | None]:
             problems.append(f"{url}: {type(exc).__name__}: {exc}")
             continue
         for sid, experiment, throttled, protocol, clocks in rows:
-            cal = by_session.get(sid, experiment)
+            # a run's notebooks share one session (its label): the config's experiment is the calibration
+            cal = experiment or by_session.get(sid)
             c = out.setdefault(cal, {"results": 0, "throttled": 0, "reasons": set(), "clocks": {}, "protocols": {}})
             c["results"] += 1
             c["throttled"] += bool(throttled)

@@ -53,7 +53,8 @@ def finish(fig, *, simulated: bool = False):
             title.set_text(_wrap(title.get_text(), share, title.get_fontsize()))
         tidy_log_axes(ax)
     if simulated and not getattr(fig, "_calib_simulated_mark", False):
-        fig.text(0.995, 0.005, SIMULATED_MARK, ha="right", va="bottom", fontsize=9, color="#b00020",
+        # the top-left corner: axis labels take the bottom, titles the top centre
+        fig.text(0.003, 0.997, SIMULATED_MARK, ha="left", va="top", fontsize=8, color="#b00020",
                  fontweight="bold", alpha=0.85)
         fig._calib_simulated_mark = True
     return fig

@@ -100,6 +100,19 @@ def test_the_report_links_the_table_and_the_figures_and_escapes_what_comes_from_
     assert 'href="#row-memory.dram.read_bandwidth_gbps"' in html  # a figure links back to its row
     assert "[117, " in html or "bracket" in html  # the register spill bracket is a bracket
     assert 'id="clocks"' in html and 'id="protocol"' in html and "simulated" in html
+    clocks = html[html.index('id="clocks"'):html.index('id="protocol-section"')]
+    assert 'href="#cal-memory_bandwidth"' in clocks and 'href="#cal-launch_latency"' in clocks
+
+    # clocks and throttle reasons, as a GPU's results record them, reach the report
+    import sqlite3
+
+    with sqlite3.connect(run_dir / "results.sqlite") as db:
+        db.execute("UPDATE result SET throttled = 1, clocks = ? WHERE id = (SELECT MIN(id) FROM result)",
+                   (json.dumps({"readings": 3, "sm_mhz_min": 1755, "sm_mhz_max": 1980, "mem_mhz_min": 3201,
+                                "mem_mhz_max": 3201, "throttle_reasons": ["sw_power_cap"]}),))
+    html = build_report(run_dir)
+    clocks = html[html.index('id="clocks"'):html.index('id="protocol-section"')]
+    assert "sw_power_cap" in clocks and "1755 to 1980" in clocks and "3201" in clocks
 
     # a hostile parameter name, unit, flag and device name are shown as text
     frag_path = run_dir / "registers" / "fragment-registers.json"
