@@ -179,6 +179,83 @@ def test_two_independent_tunes_agree(tmp_path):
     assert all(g <= 0.03 for g in gaps)  # where they disagree, within noise
 
 
+class _Drifting:
+    """Two candidates of equal true time (100 us) timed on a machine with one slow phase: the
+    ``slow_call``-th timing in the process runs 50% slow (a clock still ramping, a neighbour)."""
+
+    def __init__(self, slow_call: int, seed: int):
+        self.calls, self.slow_call, self.rng = 0, slow_call, np.random.default_rng(seed)
+
+    def time(self, candidate):
+        from calib.timing import Measurement
+
+        factor = 1.5 if self.calls == self.slow_call else 1.0
+        self.calls += 1
+        return Measurement(100.0 * factor * (1 + 0.001 * self.rng.standard_normal(20)))
+
+
+@pytest.mark.parametrize("rounds, agree", [(1, False), (3, True)])
+def test_interleaved_rounds_keep_a_slow_phase_from_picking_the_winner(tmp_path, rounds, agree):
+    """Timed one after another, whichever candidate meets the slow phase loses, so two tunes whose
+    slow phase falls on different candidates disagree (the H200's conv tunes did, 2026-12-01). In
+    interleaved rounds the slow round widens that candidate's CI: the two tie and the preference
+    order decides, the same in both tunes."""
+    choices, counts = [], []
+    for i, slow_call in enumerate((0, 1)):
+        t = autotune.Autotuner({"name": "toy GPU", "compute_capability": "9.0", "sm_count": 132}, {"calib": "t"},
+                               url=sqlite_url(tmp_path / f"{i}.sqlite"))
+        fam = _Drifting(slow_call, seed=i)
+        sel = t.select("drift", {"n": 1}, ["first", "second"], time=fam.time, rounds=rounds)
+        choices.append(sel.candidate)
+        counts.append((t.counters.benchmarks, fam.calls))
+    assert (choices[0] == choices[1]) is agree, choices
+    if agree:
+        assert choices == ["first", "first"]
+    assert counts == [(2, 2 * rounds)] * 2  # one benchmark per candidate, `rounds` timings each
+
+
+def test_rounds_check_each_candidate_once_and_keep_failures(url):
+    from calib.backends.base import UnsupportedConfig
+    from calib.timing import Measurement
+
+    checked, timed = [], []
+
+    def check(c):
+        checked.append(c)
+        return c != "wrong"
+
+    def time_(c):
+        timed.append(c)
+        if c == "unsupported":
+            raise UnsupportedConfig("not on this GPU")
+        return Measurement(np.full(10, {"fast": 10.0, "slow": 20.0}[c]) * (1 + 1e-4 * np.arange(10)))
+
+    t = autotune.Autotuner({"name": "toy GPU", "compute_capability": "9.0", "sm_count": 132}, url=url)
+    sel = t.select("r", {"n": 2}, ["slow", "wrong", "unsupported", "fast"], time=time_, check=check, rounds=3)
+    assert sel.candidate == "fast"
+    assert checked == ["slow", "wrong", "unsupported", "fast"]
+    assert timed.count("fast") == timed.count("slow") == 3 and timed.count("unsupported") == 1
+    entry = t.entry("r", {"n": 2})
+    assert entry.timings["wrong"].status == "wrong" and entry.timings["unsupported"].status == "unsupported"
+    assert entry.timings["fast"].n_samples == 30
+
+
+def test_rounds_honour_an_early_stop(url):
+    from calib.timing import Measurement
+
+    timed = []
+
+    def time_(c):
+        timed.append(c)
+        return Measurement(np.full(10, {"a": 10.0, "b": 9.0, "c": 8.0}[c]))
+
+    t = autotune.Autotuner({"name": "toy GPU", "compute_capability": "9.0", "sm_count": 132}, url=url)
+    sel = t.select("e", {"n": 3}, ["a", "b", "c"], time=time_, rounds=2, early_stop=EarlyStop(bound_us=9.5,
+                                                                                               fraction=0.9))
+    assert sel.candidate == "a" and "c" not in timed  # a reached 95% of the bound: b and c skipped
+    assert t.entry("e", {"n": 3}).timings["c"].status == "skipped"
+
+
 # -- stale entries and policies -------------------------------------------------------------------
 
 def test_a_stale_entry_is_reported_with_its_fields_and_the_policy_decides(url):

@@ -215,11 +215,12 @@ class Autotuner:
 
     def _select(self, family: str, descriptor, candidates, *, time: Callable | None = None,
                 check: Callable | None = None, policy: str | None = None, early_stop: EarlyStop | None = None,
-                tie_rel: float | None = None) -> Selection:
+                tie_rel: float | None = None, rounds: int = 1) -> Selection:
         """``candidates``: names (str) or knob dicts, in preference order (ties go to the earliest).
         ``time(candidate) -> Measurement`` times one; ``check(candidate)`` raises, or returns False,
         when its output is wrong (it is recorded as wrong and never wins);
-        :class:`calib.backends.base.UnsupportedConfig` from either marks it unsupported."""
+        :class:`calib.backends.base.UnsupportedConfig` from either marks it unsupported.
+        ``rounds`` > 1 times the candidates in that many interleaved rounds (see :meth:`_time_rounds`)."""
         if candidates is None:
             raise AutotuneError(f"select({family!r}) needs the candidates on a first call")
         policy = policy or self.policy
@@ -287,19 +288,25 @@ class Autotuner:
         if self.db is not None and not overwrite:
             done_elsewhere = self.db.stored_candidates(base)  # another process may be tuning this key
             to_time = [c for c in to_time if c not in done_elsewhere]
-        stopped_by = None
         timed_before = self.counters.benchmarks
-        for cid in to_time:
-            if stopped_by is not None:
-                t = Timing(cid, "skipped", reason=f"early stop: {stopped_by} reached {early_stop.fraction:.0%} of "
-                                                  f"the bound {early_stop.bound_us:.4g} us")
-            else:
-                t = self._time_one(cid, objs[cid], time, check)
-            timings[cid] = t
-            if self.db is not None:
-                self.db.put_timing(base, t, overwrite=overwrite)
-            if early_stop is not None and stopped_by is None and t.usable and early_stop.reached(t.time_us):
-                stopped_by = cid
+        if rounds > 1:
+            for t in self._time_rounds(to_time, objs, time, check, rounds, early_stop):
+                timings[t.candidate] = t
+                if self.db is not None:
+                    self.db.put_timing(base, t, overwrite=overwrite)
+        else:
+            stopped_by = None
+            for cid in to_time:
+                if stopped_by is not None:
+                    t = Timing(cid, "skipped", reason=f"early stop: {stopped_by} reached {early_stop.fraction:.0%} "
+                                                      f"of the bound {early_stop.bound_us:.4g} us")
+                else:
+                    t = self._time_one(cid, objs[cid], time, check)
+                timings[cid] = t
+                if self.db is not None:
+                    self.db.put_timing(base, t, overwrite=overwrite)
+                if early_stop is not None and stopped_by is None and t.usable and early_stop.reached(t.time_us):
+                    stopped_by = cid
         benchmarks += self.counters.benchmarks - timed_before
         if self.db is not None:
             stored = self.db.finalize(base, ids, tie_rel=tie_rel)
@@ -332,6 +339,91 @@ class Autotuner:
             self.db.replace(fresh)
         self._entries[(entry.family, entry.descriptor_key)] = fresh
         return fresh
+
+    def _time_rounds(self, cids, objs, time, check, rounds: int, early_stop=None) -> list[Timing]:
+        """Every candidate checked once, then timed in ``rounds`` interleaved rounds, the order
+        reversed every other round, so that a slow phase of the GPU or the host (a clock that has
+        not settled, a neighbour) falls on every candidate alike rather than on whichever was being
+        timed then. On an H200 two tunes of ResNet-50's layers timed one candidate after another
+        disagreed on 7 of 46 winners, by 5-65% in each tune's own timings (2026-12-01): each tune's
+        CIs, from one burst of samples per candidate, were far narrower than the drift between
+        bursts. Here a candidate's time is the inlier mean of all its rounds' samples, and its
+        standard error the larger of the pooled samples' and the spread of the round means (so a
+        candidate whose rounds disagree gets a CI that says so, and ties are decided by the
+        preference order, the same in every tune). One benchmark per candidate in the counters.
+        An early stop is judged on the first round: the candidates not yet timed then are skipped."""
+        from ..timing import Measurement
+
+        done, rounds_of = [], {}
+        for cid in cids:
+            t = self._checked(cid, objs[cid], check)
+            if t is not None:
+                done.append(t)
+            else:
+                rounds_of[cid] = []
+        order = list(rounds_of)
+        stopped_by = None
+        for r in range(rounds):
+            for cid in (order if r % 2 == 0 else order[::-1]):
+                if rounds_of.get(cid) is None:
+                    continue
+                if stopped_by is not None and not rounds_of[cid]:
+                    done.append(Timing(cid, "skipped", reason=f"early stop: {stopped_by} reached "
+                                       f"{early_stop.fraction:.0%} of the bound {early_stop.bound_us:.4g} us"))
+                    rounds_of[cid] = None
+                    continue
+                t, m = self._measure(cid, objs[cid], time, count=(r == 0))
+                if t is not None:  # unsupported or no samples: that is its answer
+                    done.append(t)
+                    rounds_of[cid] = None
+                    continue
+                rounds_of[cid].append(m)
+                if (r == 0 and early_stop is not None and stopped_by is None
+                        and early_stop.reached(float(m.center_us))):
+                    stopped_by = cid
+        for cid in order:
+            ms = rounds_of[cid]
+            if ms is None:
+                continue
+            pooled = Measurement([v for m in ms for v in m.samples_us], stop_reason=f"{len(ms)} rounds",
+                                 protocol={**(ms[0].protocol or {}), "rounds": len(ms)})
+            done.append(Timing.from_rounds(cid, pooled, [m.center_us for m in ms], software=self.software))
+        return done
+
+    def _checked(self, cid: str, candidate, check) -> Timing | None:
+        """None when the candidate's output is right (or there is no check); else its Timing."""
+        from ..backends.base import UnsupportedConfig
+
+        if check is None:
+            return None
+        self.counters.checks += 1
+        try:
+            ok = check(candidate)
+        except UnsupportedConfig as exc:
+            return Timing(cid, "unsupported", reason=_reason(exc), software=self.software)
+        except MemoryError:
+            raise  # the device is full: not this candidate's fault
+        except Exception as exc:
+            self.counters.failed_checks += 1
+            return Timing(cid, "wrong", reason=_reason(exc), software=self.software)
+        if ok is False:
+            self.counters.failed_checks += 1
+            return Timing(cid, "wrong", reason="the check returned False", software=self.software)
+        return None
+
+    def _measure(self, cid: str, candidate, time, *, count: bool = True):
+        """(Timing, None) when the candidate cannot be timed, else (None, its Measurement)."""
+        from ..backends.base import UnsupportedConfig
+
+        try:
+            m = time(candidate)
+        except UnsupportedConfig as exc:
+            return Timing(cid, "unsupported", reason=_reason(exc), software=self.software), None
+        if count:
+            self.counters.benchmarks += 1
+        if not m.n:
+            return Timing(cid, "unsupported", reason="no samples", n_samples=0, software=self.software), None
+        return None, m
 
     def _time_one(self, cid: str, candidate, time, check) -> Timing:
         from ..backends.base import UnsupportedConfig

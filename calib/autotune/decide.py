@@ -75,6 +75,25 @@ class Timing:
                    software, dict(m.protocol or {}))
 
 
+    @classmethod
+    def from_rounds(cls, candidate: str, pooled, round_centers_us, *, software=None) -> Timing:
+        """A timing from several interleaved rounds: ``pooled`` holds every round's samples (a
+        Measurement), ``round_centers_us`` each round's ``center_us``. The time is the pooled
+        center; the standard error the larger of the pooled samples' and the round means' (their
+        sd over the square root of their count), with the degrees of freedom of whichever it is."""
+        t = cls.from_measurement(candidate, pooled, software=software)
+        k = len(round_centers_us)
+        if not t.usable or k < 2:
+            return t
+        mean = sum(round_centers_us) / k
+        between = math.sqrt(sum((c - mean) ** 2 for c in round_centers_us) / (k - 1) / k)
+        if t.se_us is not None and t.se_us >= between:
+            return t
+        half = t975(k - 1) * between
+        return cls(candidate, t.status, t.time_us, t.time_us - half, t.time_us + half, between, t.n_samples,
+                   t.reason, t.samples_us, t.software, t.protocol)
+
+
 @dataclass(frozen=True)
 class Decision:
     winner: str

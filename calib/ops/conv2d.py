@@ -319,7 +319,9 @@ SPIN_UP_S = 0.3
 WARMUP_S = 0.01
 _spun_up: set = set()
 # The timing protocol an entry records (a soft field: entries timed under another are stale).
-PROTOCOL = {"timer": "cuda events per call", "warmup_s": WARMUP_S, "spin_up_s": SPIN_UP_S}
+# Candidates are timed in ROUNDS interleaved rounds (Autotuner._time_rounds says why).
+ROUNDS = 3
+PROTOCOL = {"timer": "cuda events per call", "warmup_s": WARMUP_S, "spin_up_s": SPIN_UP_S, "rounds": ROUNDS}
 
 
 def _run_for(thunk, seconds: float, at_least: int, cp) -> int:
@@ -430,7 +432,7 @@ def select_algorithm(d: Conv2dDescriptor, autotuner, *, x=None, w=None, algorith
         return cuda_timer(lambda: RUN[alg](d, xx, ww), rule=rule)
 
     try:
-        return autotuner.select(FAMILY, d, algorithms, time=time, check=check, early_stop=early_stop)
+        return autotuner.select(FAMILY, d, algorithms, time=time, check=check, early_stop=early_stop, rounds=ROUNDS)
     finally:
         state.clear()
         _cp().get_default_memory_pool().free_all_blocks()
