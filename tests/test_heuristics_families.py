@@ -72,3 +72,29 @@ def test_normalization_evaluation_on_the_sim():
     assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85
     assert h["geomean_efficiency"] >= b["geomean_efficiency"]
     json.dumps(res, allow_nan=False, default=str)
+
+
+def test_splitk_space_reads_and_baseline(sim_prof):
+    from calib.heuristics import splitk as SK
+
+    d = SK.descriptor({"m": 64, "n": 64, "k": 16384, "dtype": "float16"})
+    assert [k["split"] for k in SK.space(d)] == [1, 2, 4, 8, 16, 32]
+    assert [k["split"] for k in SK.space(SK.descriptor({"m": 64, "n": 64, "k": 384}))] == [1, 2]
+    names = _reads("matmul_splitk", [d, SK.descriptor({"m": 4096, "n": 4096, "k": 1024, "dtype": "float32"})],
+                   sim_prof)
+    assert names == {"device.sm_count", "compute.fp16.tensor_tflops", "compute.fp32.fma_tflops",
+                     "memory.dram.copy_bandwidth_gbps", "memory.dram.copy_bandwidth_gbps.align16",
+                     "memory.dram.fixed_cost_us", "matmul.splitk.elements_reduced_per_second"}
+    # a skinny output with a long K is split; a large square is not
+    assert H.choose("matmul_splitk", d, sim_prof)["split"] > 1
+    assert H.choose("matmul_splitk", {"m": 8192, "n": 8192, "k": 4096}, sim_prof)["split"] == 1
+    # the fill-one-wave rule: 1 tile, 132 SMs, K/split >= 512: 32
+    assert H.baseline("matmul_splitk", d, sim_prof) == {"split": 32}
+
+
+def test_splitk_evaluation_on_the_sim():
+    res = E.evaluate("matmul_splitk", count=100, seed=3)
+    h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
+    assert res["evaluated"] == 100
+    assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85
+    assert h["geomean_efficiency"] >= b["geomean_efficiency"]
