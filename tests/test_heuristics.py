@@ -293,3 +293,17 @@ def test_cli_evaluate_json_on_the_sim(tmp_path, capsys):
                  "--json", "--db", f"sqlite:///{tmp_path}/t.sqlite"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["autotune_counters"]["benchmarks"] == 0 and again["autotune_counters"]["hits"] == 2
+
+
+def test_review_figures_and_notebook_cells(tmp_path):
+    import nbformat
+
+    from calib.heuristics import review
+
+    res = E.evaluate("pointwise", count=8, seed=9)
+    assert review.efficiency_figure(res).axes and review.prediction_figure(res).axes
+    from pathlib import Path
+
+    nb = nbformat.read(Path(__file__).parents[1] / "notebooks/review/heuristics_review.ipynb", as_version=4)
+    assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")

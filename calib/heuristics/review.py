@@ -1,0 +1,62 @@
+"""Figures of an evaluation (``calib heuristics evaluate --json`` output), for the notebook
+``notebooks/review/heuristics_review.ipynb``: logic here, under test; the notebook only calls it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def load(path_or_result) -> dict:
+    if isinstance(path_or_result, dict):
+        return path_or_result
+    return json.loads(Path(path_or_result).read_text())
+
+
+def efficiency_figure(res: dict):
+    """Sorted efficiency (exhaustive best / time) per problem: heuristic, baseline, library op."""
+    import matplotlib.pyplot as plt
+
+    res = load(res)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    rows = [r for r in res["rows"] if "error" not in r]
+    for name, style in (("heuristic", "-"), ("baseline", "--"), ("library", ":")):
+        eff = sorted(r["best_us"] / r[f"{name}_us"] for r in rows if r.get(f"{name}_us"))
+        s = res["summary"][name]
+        label = f"{name}: geomean {s['geomean_efficiency']:.3f}, worst {s['worst_efficiency']:.3f}" if s.get("n") \
+            else name
+        ax.plot([i / max(len(eff) - 1, 1) for i in range(len(eff))], eff, style, label=label)
+    ax.axhline(0.97, color="grey", lw=0.6)
+    ax.set_xlabel("share of problems (sorted)")
+    ax.set_ylabel("exhaustive best / time of the choice")
+    title = f"{res['kind']}: {res['evaluated']} problems on {res['device'].get('name')}"
+    ax.set_title(title + (" (SIMULATED DEVICE)" if res.get("simulated") else ""), wrap=True)
+    ax.legend(loc="lower left", fontsize=8)
+    plt.close(fig)
+    return fig
+
+
+def prediction_figure(res: dict):
+    """Predicted against measured time of the heuristic's choice, with the predictor's intervals."""
+    import matplotlib.pyplot as plt
+
+    res = load(res)
+    rows = [r for r in res["rows"] if r.get("heuristic_us") and r.get("predicted_us")]
+    fig, ax = plt.subplots(figsize=(5, 5))
+    x = [r["heuristic_us"] for r in rows]
+    y = [r["predicted_us"] for r in rows]
+    err = [[r["predicted_us"] - r["predicted_ci95"][0] for r in rows],
+           [r["predicted_ci95"][1] - r["predicted_us"] for r in rows]]
+    ax.errorbar(x, y, yerr=err, fmt="o", ms=3, lw=0.6)
+    lo, hi = min(x + y), max(x + y)
+    ax.plot([lo, hi], [lo, hi], color="grey", lw=0.6)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("measured us")
+    ax.set_ylabel("predicted us")
+    p = res["prediction"]["all"]
+    if p.get("n"):
+        ax.set_title(f"{res['kind']}: median |error| {p['median_abs_rel_error']:.1%}, p90 {p['p90_abs_rel_error']:.1%}"
+                     + (" (SIMULATED)" if res.get("simulated") else ""), wrap=True)
+    plt.close(fig)
+    return fig
