@@ -323,7 +323,7 @@ def main(argv=None) -> int:
         # calib refused, with a reason: the reason is the message. Anything else is a bug and
         # keeps its traceback.
         print(f"calib {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_status", 2)  # a run stopped by a signal: 128 + its number, as shells say
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from . import calibrations
 from . import fingerprint as fp
+from . import lifeline
 from .errors import CalibError
 from .backends import get_backend, resolve_backend_name
 from .calibration import (MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, TURN_READY_ENV, TURN_WAIT_ENV,
@@ -137,11 +137,14 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     signal_dir = run_dir / ".measured"
     shutil.rmtree(signal_dir, ignore_errors=True)  # signals of an earlier, resumed run say nothing now
     signal_dir.mkdir()
-    for nb, error, wall_s in _execute_all(tasks, jobs, progress=progress and jobs > 1, signal_dir=signal_dir):
-        notebook_wall_s[nb] = round(wall_s, 2)
-        if error:
-            failed.append((nb, error))
-            echo(f"notebook {nb} failed: {error} (see {runfolder.notebook_path(run_dir, nb)})")
+    # a signal ends every notebook process and kernel of the run, not only this one (calib.lifeline)
+    with lifeline.guard(then=f"what they measured is kept in {run_dir}: run the same command with "
+                             f"--run-dir {run_dir} to resume"):
+        for nb, error, wall_s in _execute_all(tasks, jobs, progress=progress and jobs > 1, signal_dir=signal_dir):
+            notebook_wall_s[nb] = round(wall_s, 2)
+            if error:
+                failed.append((nb, error))
+                echo(f"notebook {nb} failed: {error} (see {runfolder.notebook_path(run_dir, nb)})")
 
     fragments, by_calibration = [], {}
     for nb in names:
@@ -338,8 +341,8 @@ def _execute_in_process(task, signal_dir: Path | None, turn_env: dict | None = N
         env.update({MEASURED_SIGNAL_DIR_ENV: str(signal_dir), NOTEBOOK_ENV: nb})
     env.update(turn_env or {})
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "calib.runner", "--one", json.dumps(task)], env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # in a process group of its own, which dies with calib run and which a signal to calib run ends
+    proc = lifeline.run_child([sys.executable, "-m", "calib.runner", "--one", json.dumps(task)], env=env)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(ONE_RESULT_PREFIX):
             return tuple(json.loads(line[len(ONE_RESULT_PREFIX):]))
@@ -391,4 +394,5 @@ def _link_sessions(fragments, profile_path: Path, run_dir: Path):
 if __name__ == "__main__":  # python -m calib.runner --one TASK_JSON: what _execute_in_process starts
     if len(sys.argv) != 3 or sys.argv[1] != "--one":
         sys.exit("usage: python -m calib.runner --one TASK_JSON (started by calib run)")
+    lifeline.die_with_parent(on_death=lambda: lifeline.end_tree(grace_s=2.0))  # its kernel ends with it
     print(ONE_RESULT_PREFIX + json.dumps(_execute_one(*json.loads(sys.argv[2]))), flush=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from .backends.base import Backend
 from .store import Store, TERMINAL_STATES
+from .store.dead import worker_name
 from .worker import Worker
 
 
@@ -54,7 +55,7 @@ def run_sweep(backend: Backend | None, configs: list[dict], store: Store, sessio
                 bar.refresh()
         else:
             worker = Worker(store, backend, sessions=[session_id], gpu_id=gpu_id, max_retries=max_retries,
-                            name=f"in-process:{desc}")
+                            name=worker_name("in-process", desc))  # host:pid first: see calib.store.dead
             worker.run(exit_when_empty=True, on_progress=bar.update)
         bar.n = _terminal(store, job_ids)
         bar.refresh()

@@ -10,13 +10,13 @@ this same loop, so the two paths cannot drift apart.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
 
 from .backends.base import Backend
 from .store import Store
+from .store.dead import reclaim_dead_here, worker_name
 
 
 @dataclass
@@ -67,7 +67,7 @@ class Worker:
         self.store, self.backend = store, backend
         self.sessions = sessions
         self.gpu_id = gpu_id
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}" + (f":gpu{gpu_id}" if gpu_id is not None else "")
+        self.name = name or worker_name(f"gpu{gpu_id}" if gpu_id is not None else "")
         self.max_retries, self.heartbeat_s, self.lease_timeout_s = max_retries, heartbeat_s, lease_timeout_s
         # The simulated device is vectorized: claim many jobs at a time. A GPU measures one by one.
         self.batch = batch or (32 if backend.simulated else 1)
@@ -81,6 +81,7 @@ class Worker:
         stats = WorkerStats()
         while not (stop and stop.is_set()):
             stats.reclaimed += self.store.reclaim_stale(timeout_s=self.lease_timeout_s, max_retries=self.max_retries)
+            stats.reclaimed += reclaim_dead_here(self.store, max_retries=self.max_retries)  # no lease to wait for
             sessions = self._session_ids()
             limit = self.batch if max_jobs is None else max(1, min(self.batch, max_jobs - stats.completed))
             jobs = self.store.claim(sessions, worker=self.name, gpu_id=self.gpu_id, limit=limit)
