@@ -57,6 +57,9 @@ BUSY_LOST_SHARE = 0.25
 # "unsettled" unless the profile's own CI was nearly as wide (a noisy device measured as noisily as
 # before: on the small, slow, noisy simulated spec the five-point bf16 line is ±1-4% either way).
 UNSETTLED_FACTOR = 3.0
+# ... and wider than this many thresholds: a CI of a few percent is still evidence (a change of 5x
+# the threshold would show); under a competing process an H200 gave ±66% (FP32) and ±1000% (bf16).
+UNSETTLED_THRESHOLDS = 5.0
 
 READ = "memory.dram.read_bandwidth_gbps"
 FP32 = "compute.fp32.fma_tflops"
@@ -91,11 +94,12 @@ class Sentinel:
         return module.plan("quick", **sizes)
 
 
-# In the order measured: the host-timed latency first (the quietest moment), the tensor-core matmul
-# last (it heats the GPU towards its power cap, and its idle pauses take the most time).
+# In the order measured: DRAM first (its launch-shape search at startup has brought the GPU out of its
+# idle clock: an H200 idles at 345 MHz), the tensor-core matmul last (it heats the GPU towards its
+# power cap, and its idle pauses take the most time).
 SENTINELS = (
-    Sentinel(LATENCY, "launch_latency", "launch + synchronize of an empty kernel"),
     Sentinel(READ, "memory_bandwidth", "DRAM read, 16-byte accesses"),
+    Sentinel(LATENCY, "launch_latency", "launch + synchronize of an empty kernel"),
     Sentinel(FP32, "compute_throughput", "FP32 FMA throughput"),
     Sentinel(BF16, "matmul_throughput", "bf16 cuBLAS matmul"),
 )
@@ -261,16 +265,23 @@ def _record_side(p) -> dict:
 
 
 def verify(profile=None, *, backend="auto", sim_spec=None, budget_s: float = DEFAULT_BUDGET_S,
-           threshold: float = DEFAULT_THRESHOLD, family_alpha: float = FAMILY_ALPHA, device_index: int = 0,
-           seed: int | None = None, sentinels=None, progress=None) -> VerifyReport:
+           threshold: float = DEFAULT_THRESHOLD, thresholds: dict | None = None, family_alpha: float = FAMILY_ALPHA,
+           device_index: int = 0, seed: int | None = None, sentinels=None, progress=None) -> VerifyReport:
     """Re-measure the sentinels on ``backend`` (a name or a Backend) and compare with ``profile``
-    (a Profile, a path, or None for this machine's). ``progress``: a callable given one line per
-    step (the CLI prints them)."""
+    (a Profile, a path, or None for this machine's). ``thresholds``: per-sentinel material
+    thresholds that override ``threshold`` (``{"launch.latency_us": 0.3}``). ``progress``: a callable
+    given one line per step (the CLI prints them)."""
     t0 = time.perf_counter()
     if not (isinstance(budget_s, (int, float)) and budget_s > 0 and math.isfinite(budget_s)):
         raise VerifyError(f"--budget-s must be a positive number of seconds, not {budget_s!r}")
-    if not (isinstance(threshold, (int, float)) and threshold >= 0 and math.isfinite(threshold)):
-        raise VerifyError(f"--threshold must be a non-negative fraction (0.02 is 2%), not {threshold!r}")
+    thresholds = dict(thresholds or {})
+    for value in (threshold, *thresholds.values()):
+        if not (isinstance(value, (int, float)) and value >= 0 and math.isfinite(value)):
+            raise VerifyError(f"--threshold must be a non-negative fraction (0.02 is 2%), not {value!r}")
+    known = {x.name for x in (*SENTINELS, *ALTERNATIVES.values())}
+    unknown = sorted(set(thresholds) - known)
+    if unknown:
+        raise VerifyError(f"no sentinel {', '.join(unknown)}: the sentinels are {', '.join(sorted(known))}")
     say = progress or (lambda line: None)
     from .backends import Backend, get_backend
     from .timing import StoppingRule
@@ -287,13 +298,13 @@ def verify(profile=None, *, backend="auto", sim_spec=None, budget_s: float = DEF
             raise VerifyError(str(exc)) from None
         owned = True
     try:
-        return _verify(b, profile, wanted, budget_s, threshold, family_alpha, t0, say)
+        return _verify(b, profile, wanted, budget_s, threshold, thresholds, family_alpha, t0, say)
     finally:
         if owned:
             b.close()
 
 
-def _verify(b, profile, wanted, budget_s, threshold, family_alpha, t0, say) -> VerifyReport:
+def _verify(b, profile, wanted, budget_s, threshold, thresholds, family_alpha, t0, say) -> VerifyReport:
     from . import calibrations
     from .profile import ProfileError
 
@@ -369,7 +380,9 @@ def _verify(b, profile, wanted, budget_s, threshold, family_alpha, t0, say) -> V
             continue
         row["now"] = {"value": new["value"], "ci95": new.get("ci95"), "unit": new.get("unit"), "n": new.get("n"),
                       "flags": list(new.get("flags") or [])}
-        test = compare_estimates(old.value, old.ci95, new["value"], new.get("ci95"), threshold=threshold,
+        limit = thresholds.get(s.name, threshold)
+        row["threshold"] = limit
+        test = compare_estimates(old.value, old.ci95, new["value"], new.get("ci95"), threshold=limit,
                                  alpha=alpha)
         row.update({k: test[k] for k in ("ratio", "z", "p", "significant", "material")})
         drifted = bool(test["material"]) and test["significant"] is not False
@@ -377,9 +390,9 @@ def _verify(b, profile, wanted, budget_s, threshold, family_alpha, t0, say) -> V
         own = _relative_halfwidth(old.value, old.ci95) or 0.0
         if drifted:
             row["status"] = "drifted"
-        elif width is not None and width > max(threshold, UNSETTLED_FACTOR * own):
+        elif width is not None and width > max(UNSETTLED_THRESHOLDS * limit, UNSETTLED_FACTOR * own):
             row.update(status="unsettled", reason=f"measured to ±{width:.1%}, too wide to tell a change of "
-                                                  f"{threshold:.0%}: the GPU is busy or noisy")
+                                                  f"{limit:.0%}: the GPU is busy or noisy")
         elif row["lost_share"] > BUSY_LOST_SHARE:
             row.update(status="busy", reason=f"{row['lost_share']:.0%} of its sample time was lost to other work "
                                              "on the GPU: a caller gets less than the undisturbed rate")
@@ -406,6 +419,11 @@ def _value(side) -> str:
     if ci and v > 0:
         return f"{v:.5g} ±{max(v - ci[0], ci[1] - v) / v:.2%}"
     return f"{v:.5g}"
+
+
+def _overrides(r) -> str:
+    other = [(s["name"], s["threshold"]) for s in r.sentinels if s.get("threshold", r.threshold) != r.threshold]
+    return "".join(f"; {name}: {1 + t:g}" for name, t in other)
 
 
 def format_report(r: VerifyReport) -> str:
@@ -453,8 +471,9 @@ def format_report(r: VerifyReport) -> str:
             f"pid {o['pid']}" + (f" ({o['memory_bytes'] / 2**30:.1f} GiB)" if o.get("memory_bytes") else "")
             for o in c["other_processes"]))
     out.append(f"drifted = differs significantly (p < {r.alpha:.3g} each: family-wise 5%) and materially "
-               f"(now/profile beyond {1 + r.threshold:g} or 1/{1 + r.threshold:g}); unsettled = measured "
-               f"less precisely than ±{r.threshold:.0%} (and {UNSETTLED_FACTOR:g}x the profile's CI); busy = over "
+               f"(now/profile beyond {1 + r.threshold:g} or 1/{1 + r.threshold:g}{_overrides(r)}); unsettled = "
+               f"measured less precisely than ±{UNSETTLED_THRESHOLDS * r.threshold:.0%} and {UNSETTLED_FACTOR:g}x "
+               "the profile's CI; busy = over "
                f"{BUSY_LOST_SHARE:.0%} of the sample time lost to other work (the 'lost' column)")
     out.append(f"wall time {r.wall_s:.1f} s: startup {r.startup_s:.1f} s (CuPy, kernel compilation, the DRAM "
                f"launch-shape search; cached for later runs) + measuring {r.wall_s - r.startup_s:.1f} s against a "
@@ -480,8 +499,9 @@ def add_verify_parser(sub):
     v = sub.add_parser("verify", help="re-measure a few sentinel parameters and report drift from the profile")
     v.add_argument("--profile", metavar="PATH", help="the profile to verify (default: this machine's by the lookup)")
     v.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="time budget in seconds (default 10)")
-    v.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                   help="relative change that counts as drift, as a fraction (default 0.02)")
+    v.add_argument("--threshold", action="append", metavar="[NAME=]FRACTION",
+                   help="relative change that counts as drift (default 0.02); NAME=FRACTION for one sentinel, "
+                        "e.g. launch.latency_us=0.3 (repeatable)")
     v.add_argument("--backend", choices=["auto", "cupy", "sim"], default="auto")
     v.add_argument("--sim-spec", metavar="FILE", help="JSON ground truth of the simulated device")
     v.add_argument("--device", type=int, default=0, help="CUDA device index")
@@ -490,12 +510,28 @@ def add_verify_parser(sub):
     v.set_defaults(func=run_verify)
 
 
+def _parse_thresholds(values) -> tuple[float, dict]:
+    threshold, per = DEFAULT_THRESHOLD, {}
+    for text in values:
+        name, _, number = text.rpartition("=")
+        try:
+            value = float(number)
+        except ValueError:
+            raise VerifyError(f"--threshold takes a fraction or NAME=FRACTION, not {text!r}") from None
+        if name:
+            per[name] = value
+        else:
+            threshold = value
+    return threshold, per
+
+
 def run_verify(args) -> int:
     import json
     import sys
 
+    threshold, thresholds = _parse_thresholds(args.threshold or [])
     report = verify(args.profile, backend=args.backend, sim_spec=args.sim_spec, budget_s=args.budget_s,
-                    threshold=args.threshold, device_index=args.device, seed=args.seed,
+                    threshold=threshold, thresholds=thresholds, device_index=args.device, seed=args.seed,
                     progress=None if args.json else (lambda line: print(line, file=sys.stderr, flush=True)))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
