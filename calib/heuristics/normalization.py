@@ -188,6 +188,7 @@ def generate(count: int, seed: int = 0, *, max_bytes: float = 2 * 2**30) -> list
 
 SOURCE = r"""
 #include <cuda_fp16.h>
+#define NEG_INF __int_as_float(0xff800000)  // NVRTC has no <math.h> INFINITY
 template <typename T, int V> struct alignas(sizeof(T) * V) VecT { T v[V]; };
 __device__ __forceinline__ float tof(__half x) { return __half2float(x); }
 __device__ __forceinline__ float tof(float x) { return x; }
@@ -204,7 +205,7 @@ __device__ __forceinline__ float block_reduce(float v, int op, float *sh) {
   __syncthreads();
   if (lane == 0) sh[warp] = v;
   __syncthreads();
-  v = lane < nw ? sh[lane] : (op == 0 ? -INFINITY : 0.f);
+  v = lane < nw ? sh[lane] : (op == 0 ? NEG_INF : 0.f);
   for (int o = 16; o > 0; o >>= 1) {
     float w = __shfl_xor_sync(0xffffffff, v, o);
     v = op == 0 ? fmaxf(v, w) : v + w;
@@ -231,10 +232,10 @@ __global__ void persistent_norm(const T *__restrict__ x, T *__restrict__ y, int 
         for (int v = 0; v < V; ++v) buf[j * V + v] = tof(w.v[v]);
       } else {
 #pragma unroll
-        for (int v = 0; v < V; ++v) buf[j * V + v] = OP == 0 ? -INFINITY : 0.f;
+        for (int v = 0; v < V; ++v) buf[j * V + v] = OP == 0 ? NEG_INF : 0.f;
       }
     }
-    float a = OP == 0 ? -INFINITY : 0.f;
+    float a = OP == 0 ? NEG_INF : 0.f;
 #pragma unroll
     for (int j = 0; j < BUF; ++j) a = OP == 0 ? fmaxf(a, buf[j]) : a + buf[j];
     a = block_reduce(a, OP == 0 ? 0 : 1, sh);
@@ -273,7 +274,7 @@ __global__ void multipass_norm(const T *__restrict__ x, T *__restrict__ y, int r
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     const W *xr = reinterpret_cast<const W *>(x + (long long)row * cols);
     W *yr = reinterpret_cast<W *>(y + (long long)row * cols);
-    float m = -INFINITY, s = 0.f;
+    float m = NEG_INF, s = 0.f;
 #pragma unroll 4
     for (int i = threadIdx.x; i < nv; i += blockDim.x) {
       W w = xr[i];
@@ -285,7 +286,7 @@ __global__ void multipass_norm(const T *__restrict__ x, T *__restrict__ y, int r
           s = s * __expf(m - nm) + __expf(f - nm);
           m = nm;
         } else {
-          m = (m == -INFINITY ? 0.f : m) + f;
+          m = (m == NEG_INF ? 0.f : m) + f;
           s += f * f;
         }
       }
@@ -293,11 +294,11 @@ __global__ void multipass_norm(const T *__restrict__ x, T *__restrict__ y, int r
     float mean, scale;
     if (OP == 0) {
       float bm = block_reduce(m, 0, sh);
-      float bs = block_reduce(m == -INFINITY ? 0.f : s * __expf(m - bm), 1, sh);
+      float bs = block_reduce(m == NEG_INF ? 0.f : s * __expf(m - bm), 1, sh);
       mean = bm;
       scale = 1.f / bs;
     } else {
-      float sum = block_reduce(m == -INFINITY ? 0.f : m, 1, sh);
+      float sum = block_reduce(m == NEG_INF ? 0.f : m, 1, sh);
       float sq = block_reduce(s, 1, sh);
       mean = sum / cols;
       scale = rsqrtf(fmaxf(sq / cols - mean * mean, 0.f) + eps);
