@@ -17,12 +17,16 @@ run() {  # kind budget_s timeout_s count max_bytes
     >/dev/null 2>>"$OUT/heuristics.log"
   echo "$kind: exit $?, $((SECONDS - t0)) s" | tee -a "$OUT/heuristics-summary.txt" >&2
 }
-run pointwise 65 90 100 1.0e9
-run normalization 85 110 100 1.0e9  # NVRTC: about 20 s of its budget compiles the 2 modules
-run matmul_splitk 40 65 100 1.0e9
+run pointwise 60 80 100 1.0e9
+run normalization 75 100 100 1.0e9  # NVRTC: about 20 s of its budget compiles the 2 modules
+run matmul_splitk 35 55 100 1.0e9
+t0=$SECONDS  # the learned predictor on CuPy library ops: learned from 3 sizes, checked at 12 up to 4 GB
+timeout -k 5 45 "$py" -m calib.heuristics.learned_eval --backend cupy --out "$OUT/heuristics-learned" \
+  >/dev/null 2>>"$OUT/heuristics.log"
+echo "learned: exit $?, $((SECONDS - t0)) s" | tee -a "$OUT/heuristics-summary.txt" >&2
 { echo "# calib heuristics evaluate on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%F)"
   echo; cat "$OUT/heuristics-summary.txt"; echo
-  for k in pointwise normalization matmul_splitk; do cat "$OUT/heuristics-$k.md" 2>/dev/null; echo; done
+  for k in pointwise normalization matmul_splitk learned; do cat "$OUT/heuristics-$k.md" 2>/dev/null; echo; done
 } > "$OUT/heuristics.md"
 rm -f /dev/shm/calib-heuristics-$$.sqlite*
 cat "$OUT/heuristics.md"

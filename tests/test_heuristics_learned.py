@@ -118,3 +118,13 @@ def test_tuning_results_feed_the_fit(tmp_path, sim):
                               device=dev, url=url, profile=prof)
     dram = prof.query("memory.dram.copy_bandwidth_gbps.align16")
     assert 0.5 * dram < m.rate_gbps < 1.1 * dram
+
+
+def test_library_op_evaluation_on_the_sim_reports_learned_line_and_roofline():
+    from calib.heuristics import learned_eval
+
+    res = learned_eval.evaluate_ops("sim", points=10)
+    for name, r in res["ops"].items():
+        assert r["learned"]["p90"] <= 0.05 and r["learned"]["worst"] <= 0.20, name
+        assert r["roofline"]["median"] > r["learned"]["median"]
+    assert "| sim_multiply |" in learned_eval.to_markdown(res)

@@ -1,0 +1,148 @@
+"""How well the learned predictor predicts library ops at sizes it did not see (issue 14's target:
+from three measured sizes, a 90th percentile of at most 5% and a worst case of at most 20% of
+error from L2-resident sizes to gigabytes).
+
+For each op (``cupy.multiply`` of two float32 arrays, ``cupy.sum`` of one, a softmax over rows of
+4096 float32 composed of CuPy ops): learn from :func:`calib.heuristics.learned.default_sizes`,
+then measure at ``points`` sizes log-spaced from 64 kB to ``max_bytes`` and compare; the same for
+a least-squares line through the three learning sizes, and for the profile's plain roofline
+(bytes over the 16-byte DRAM copy bandwidth plus the fixed cost). ``python -m
+calib.heuristics.learned_eval --backend cupy --out FILE.json`` (the H200 script runs it)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+
+def _cupy_ops():
+    import cupy as cp
+
+    def multiply(nbytes):
+        n = max(1, int(nbytes // 12))
+        a, b, y = (cp.ones(n, dtype=cp.float32) for _ in range(3))
+        return lambda: cp.multiply(a, b, out=y)
+
+    def total(nbytes):
+        x = cp.ones(max(1, int(nbytes // 4)), dtype=cp.float32)
+        return lambda: x.sum()
+
+    def softmax(nbytes):
+        x = cp.ones((max(1, int(nbytes // (2 * 4 * 4096))), 4096), dtype=cp.float32)
+
+        def f():
+            e = cp.exp(x - x.max(axis=1, keepdims=True))
+            return e / e.sum(axis=1, keepdims=True)
+
+        return f
+
+    return {"cupy_multiply": multiply, "cupy_sum": total, "cupy_softmax_rows4096": softmax}
+
+
+def _errors(pred, meas):
+    errs = sorted(abs(p / m - 1) for p, m in zip(pred, meas))
+    k = len(errs)
+    return {"median": errs[k // 2], "p90": errs[min(k - 1, math.ceil(0.9 * k) - 1)], "worst": errs[-1]}
+
+
+def evaluate_ops(backend: str = "cupy", *, points: int = 12, max_bytes: float = 4e9, profile=None, progress=None):
+    import numpy as np
+
+    from . import learned as L
+    from . import predictor as P
+
+    if backend == "sim":
+        from ..backends.sim import SimBackend
+        from ..timing import Measurement
+        from .simdevice import sim_profile, truth_q
+
+        sim = SimBackend(seed=1)
+        profile = profile or sim_profile(sim)
+        q = truth_q(sim)
+
+        def sim_op(slow_dram, slow_l2, t0):
+            def true(b):
+                f = P.l2_fraction(q, b)
+                return t0 + b * (f / (q("memory.l2.read_bandwidth_gbps") / slow_l2 * 1e3)
+                                 + (1 - f) / (q("memory.dram.copy_bandwidth_gbps.align16") / slow_dram * 1e3))
+
+            return lambda b: Measurement(sim.sample_matrix(np.array([true(b)]), 20)[0], stop_reason="max_samples")
+
+        measures = {"sim_multiply": sim_op(1.3, 1.6, 6.0), "sim_sum": sim_op(1.1, 1.4, 9.0),
+                    "sim_softmax": sim_op(2.3, 2.6, 30.0)}
+    else:
+        import calib
+        from ..ops.conv2d import cuda_timer
+        from ..timing import StoppingRule
+
+        profile = profile or calib.default_profile()
+        rule = StoppingRule(min_samples=10, max_samples=30, batch=10, rel_precision=0.005, budget_s=0.05)
+        makers = _cupy_ops()
+
+        def measure_with(make):
+            def measure(b):
+                import cupy as cp
+
+                thunk = make(b)
+                try:
+                    return cuda_timer(thunk, rule=rule, warmup=3, warmup_s=0.005)
+                finally:
+                    del thunk
+                    cp.get_default_memory_pool().free_all_blocks()
+
+            return measure
+
+        measures = {k: measure_with(m) for k, m in makers.items()}
+    learn_at = L.default_sizes(profile)
+    sizes = [float(x) for x in np.geomspace(64e3, max_bytes, points)]
+    q = P.q_of(profile)
+    out = {"format": "calib.heuristics.learned_evaluation", "backend": backend, "learned_at_bytes": learn_at,
+           "sizes_bytes": sizes, "ops": {}}
+    for name, measure in measures.items():
+        ms = [measure(b) for b in learn_at]
+        model = L.fit(name, learn_at, [m.samples_us[m.inliers] for m in ms], profile)
+        meas = [float(measure(b).center_us) for b in sizes]
+        centers = [float(m.center_us) for m in ms]
+        slope, icpt = np.polyfit(learn_at, centers, 1)
+        roof = [P.fixed_us(q) + b / (P.dram_gbps(q, "copy", 16) * 1e3) for b in sizes]
+        out["ops"][name] = {"learned": _errors([model.predict_us(b) for b in sizes], meas),
+                            "line_through_three": _errors([icpt + slope * b for b in sizes], meas),
+                            "roofline": _errors(roof, meas), "model": model.records(),
+                            "measured_us": meas}
+        if progress:
+            e = out["ops"][name]["learned"]
+            print(f"learned {name}: median {e['median']:.1%}, p90 {e['p90']:.1%}, worst {e['worst']:.1%}",
+                  file=progress, flush=True)
+    return out
+
+
+def to_markdown(res) -> str:
+    lines = [f"## Learned predictor on library ops ({res['backend']})", "",
+             "| op | learned median / p90 / worst | line through 3 sizes | roofline |", "|---|---|---|---|"]
+    for name, r in res["ops"].items():
+        cell = lambda e: f"{e['median']:.1%} / {e['p90']:.1%} / {e['worst']:.1%}"  # noqa: E731
+        lines.append(f"| {name} | {cell(r['learned'])} | {cell(r['line_through_three'])} | {cell(r['roofline'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m calib.heuristics.learned_eval")
+    p.add_argument("--backend", choices=["cupy", "sim"], default="cupy")
+    p.add_argument("--max-bytes", type=float, default=4e9)
+    p.add_argument("--out", help="PREFIX: writes PREFIX.json and PREFIX.md")
+    a = p.parse_args(argv)
+    res = evaluate_ops(a.backend, max_bytes=a.max_bytes, progress=sys.stderr)
+    if a.out:
+        with open(a.out + ".json", "w") as f:
+            json.dump(res, f, indent=1)
+        with open(a.out + ".md", "w") as f:
+            f.write(to_markdown(res))
+    sys.stdout.write(to_markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
