@@ -83,8 +83,9 @@ def main(argv=None) -> int:
         row("memory.dram.write_bandwidth_gbps", memcpy_name, memcpy["value"], "≥ 0.9", lambda r: r >= 0.9),
     ]
     if fp32_peak:
-        rows.append(row("compute.fp32.fma_tflops", f"SMs × 128 × 2 × SM clock ({clock_note})", fp32_peak, "≥ 0.9",
-                        lambda r: r >= 0.9))
+        # 0.97 of the clock peak is published for an H200 (64.9 of 66.9 TFLOP/s); issue 13's target
+        rows.append(row("compute.fp32.fma_tflops", f"SMs × 128 × 2 × SM clock ({clock_note})", fp32_peak, "≥ 0.97",
+                        lambda r: r >= 0.97))
     # Published microbenchmarks reach 9.5–10 TB/s of L2 reads on an H200 (as the suite's issue cites).
     rows.append(row("memory.l2.read_bandwidth_gbps", "target from published microbenchmarks", 9000.0, "≥ 1.0",
                     lambda r: r >= 1.0))
