@@ -42,7 +42,7 @@ for s in "${@:-quick}"; do
       (cd "$work" && tar czf "$res/run-$s.tgz" run profile.json 2>/dev/null) ;;
     autotune) step autotune "${AUTOTUNE_TIMEOUT:-300}" python3 bench/autotune.py --calib-run --out "$res/autotune" ;;
     fma) step fma 60 python3 bench/fma_shapes.py --out "$res/fma-shapes.md" ;;
-    verify) step verify "${VERIFY_TIMEOUT:-150}" env OUT="$res" bash bench/verify_h200.sh ;;
+    verify) step verify "${VERIFY_TIMEOUT:-420}" env OUT="$res" bash bench/verify_h200.sh ;;
     heuristics) step heuristics "${HEURISTICS_TIMEOUT:-300}" env OUT="$res" bash bench/heuristics_h200.sh ;;
     *) echo "unknown step $s" | tee -a $OUT/summary.txt ;;
   esac
