@@ -152,3 +152,35 @@ def test_staleness_warns_once_per_process_through_calib_query(tmp_path, monkeypa
     for _ in range(100_000):
         calib.query(READ, 1.0)
     assert (time.perf_counter() - t0) / 100_000 < 5e-6
+
+
+def test_nvml_and_the_cuda_attribute_give_the_properties_the_limits_need():
+    """The fingerprint's memory clock, bus width and power limit: NVML where it answers (each call on
+    its own: an unsupported one is left out), else the CUDA attribute for the memory clock."""
+    from types import SimpleNamespace
+
+    from calib.backends.cupy_backend import _conditions
+    from calib.fingerprint import _nvml_conditions
+
+    class FakeNvml:
+        NVML_CLOCK_SM, NVML_CLOCK_MEM = 0, 2
+
+        def nvmlDeviceGetMaxClockInfo(self, handle, which):
+            return {0: 1980, 2: 3201}[which]
+
+        def nvmlDeviceGetMemoryBusWidth(self, handle):
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+
+        def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+            return 700000
+
+    got = _nvml_conditions(FakeNvml(), object())
+    assert got == {"max_sm_mhz": 1980, "memory_clock_mhz": 3201, "power_limit_w": 700.0}
+
+    no_nvml = SimpleNamespace(clocks=SimpleNamespace(available=False), props={"memoryClockRate": 3201000},
+                              index=0, cp=None)
+    assert _conditions(no_nvml) == {"memory_clock_mhz": 3201}
+    attribute = SimpleNamespace(clocks=SimpleNamespace(available=False), props={}, index=0,
+                                cp=SimpleNamespace(cuda=SimpleNamespace(runtime=SimpleNamespace(
+                                    deviceGetAttribute=lambda attr, dev: 3201000 if attr == 36 else 0))))
+    assert _conditions(attribute) == {"memory_clock_mhz": 3201}
