@@ -72,11 +72,10 @@ def test_false_alarm_rate_without_drift_is_at_most_5_percent(references):
     for i, ref in enumerate(references):
         for k in range(TRIALS_PER_REFERENCE):
             report = verify(ref, backend="sim", seed=20_000 + TRIALS_PER_REFERENCE * i + k)
-            assert [s["status"] for s in report.sentinels] == ["consistent" if n not in report.drifted else "drifted"
-                                                                for n in NAMES]
+            assert [s["name"] for s in report.sentinels] == NAMES
             checks += 1
-            alarms += report.exit_code == 1
-            for name in report.drifted:
+            alarms += report.exit_code == 1  # drifted, unsettled or busy: all count as false alarms
+            for name in report.not_consistent:
                 per_sentinel[name] += 1
     assert checks == 200
     assert alarms / checks <= 0.05, f"false alarms {alarms}/{checks}: {per_sentinel}"
