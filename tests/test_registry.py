@@ -151,3 +151,17 @@ def test_a_new_calibration_is_one_module_plus_its_generated_notebook(toy_calibra
     make_notebooks.main()
     text = (tmp_path / "toy_copy.ipynb").read_text()
     assert 'Calibration(\\"toy_copy\\"' in text and "# Toy copy rate" in text
+
+
+def test_the_occupancy_model_fits_an_h200_sweep():
+    """The full suite's occupancy sweep of an H200 (call 7, 2026-12-01, recorded): the hinge in
+    bytes in flight alone missed it by 27%; the three-limit model must describe it unflagged."""
+    import pandas as pd
+
+    module = calibrations.get("occupancy")
+    frame = pd.read_csv(Path(__file__).parent / "fixtures" / "h200_occupancy_full_2026-12-01.csv")
+    rec = calibrations.fit("occupancy", frame).records[module.IN_FLIGHT]
+    assert rec["flags"] == [] and rec["diagnostics"]["max_rel_miss"] < 0.03
+    lo, hi = rec["ci95"]
+    assert 16_000 < lo < rec["value"] < hi < 21_000
+    assert 4400 < rec["diagnostics"]["dram_ceiling_gbps"] < 4800 and 8 < rec["diagnostics"]["warps_per_sm_for_90"] < 14

@@ -176,8 +176,8 @@ def fit(frame, *, robust: bool = False, source: str | None = None):
     below = int(np.sum(little > c))  # points where Little's law, not the ceiling, is the larger cost
     flags = []
     if below < 3 or len(t) - below < 3:
-        flags.append(f"{below} points limited by bytes in flight and {len(t) - below} by the ceiling: the knee is "
-                     "poorly located")
+        flags.append(f"{below} of {len(t)} points limited by bytes in flight (fewer than 3 on one side): the "
+                     "knee is poorly located")
     worst = float(np.max(np.abs(t - fitted) / fitted))
     if worst > 0.05:
         flags.append(f"the three-limit model misses by up to {worst:.0%}: something else limits these points")
