@@ -426,30 +426,12 @@ class Autotuner:
         return None, m
 
     def _time_one(self, cid: str, candidate, time, check) -> Timing:
-        from ..backends.base import UnsupportedConfig
-
-        if check is not None:
-            self.counters.checks += 1
-            try:
-                ok = check(candidate)
-            except UnsupportedConfig as exc:
-                return Timing(cid, "unsupported", reason=_reason(exc), software=self.software)
-            except MemoryError:
-                raise  # the device is full: not this candidate's fault
-            except Exception as exc:
-                self.counters.failed_checks += 1
-                return Timing(cid, "wrong", reason=_reason(exc), software=self.software)
-            if ok is False:
-                self.counters.failed_checks += 1
-                return Timing(cid, "wrong", reason="the check returned False", software=self.software)
-        try:
-            m = time(candidate)
-        except UnsupportedConfig as exc:
-            return Timing(cid, "unsupported", reason=_reason(exc), software=self.software)
-        self.counters.benchmarks += 1
-        if not m.n:
-            return Timing(cid, "unsupported", reason="no samples", n_samples=0, software=self.software)
-        return Timing.from_measurement(cid, m, software=self.software)
+        """Check one candidate, then time it once: its Timing, whichever way it ends."""
+        failed = self._checked(cid, candidate, check)
+        if failed is not None:
+            return failed
+        failed, m = self._measure(cid, candidate, time)
+        return failed if failed is not None else Timing.from_measurement(cid, m, software=self.software)
 
 
 def _reason(exc: BaseException) -> str:
