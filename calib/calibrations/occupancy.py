@@ -194,12 +194,13 @@ def fit(frame, *, robust: bool = False, source: str | None = None):
 
 
 def figures(frame, result, *, title) -> dict:
-    return {ID: plot(result.models, title=title)}
+    return {ID: plot(result.models, title=title, record=result.records.get(IN_FLIGHT))}
 
 
-def plot(fits: dict, *, title):
+def plot(fits: dict, *, title, record: dict | None = None):
     """Achieved bandwidth against bytes in flight, a colour per warps per SM, with the model's
-    value at each point and its curve with warps to spare; beside it how far the model misses."""
+    value at each point and its curve with warps to spare, and the estimate of the bytes in flight
+    for 90% with its CI shaded; beside it how far the model misses."""
     import matplotlib.pyplot as plt
 
     from ..plotting import detach
@@ -219,6 +220,11 @@ def plot(fits: dict, *, title):
     c, lat, p = np.exp(log_c), np.exp(log_lat), np.exp(log_p)
     ax.plot(grid / 1024, 1e-3 / (c ** p + (lat / (grid * f["sms"])) ** p) ** (1 / p), "-", lw=1, color="k",
             label="model, warps to spare")
+    if record and record.get("ci95"):
+        lo, hi = record["ci95"]
+        ax.axvspan(lo / 1024, hi / 1024, color="0.85", zorder=0)
+        ax.axvline(record["value"] / 1024, color="0.4", lw=1, ls="--",
+                   label=f"90% at {record['value'] / 1024:.3g} KiB (95% CI {lo / 1024:.3g} to {hi / 1024:.3g})")
     ax.set(xscale="log", xlabel="bytes in flight per SM (KiB)", ylabel="achieved GB/s",
            title=title("achieved bandwidth against bytes in flight (x: the model)"))
     ax.legend(fontsize=7, ncol=2, loc="lower right")
