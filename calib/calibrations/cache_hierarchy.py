@@ -12,6 +12,21 @@ fit's covariance, mapped through the monotone transforms (2**x for capacities, 1
 ``memory.l2.capacity_bytes`` is where the ramp starts (the largest working set still fully served
 by L2) and ``memory.l2.capacity_bytes.ramp_end`` where DRAM takes over.
 
+Why the grid is dense, and not a new model (H200, 2026-12-01, both suites recorded): the ramp is
+not linear in log W (it falls steeply from about 46 to 70 MB, then slowly to about 110 MB), but the
+CIs of its ends (full ±4.3% and ±11.9%, quick ±7.2% and ±20.9%) come from the scatter between
+neighbouring working sets, not from the hinge's shape: working sets 0.4 MB apart differ by up to 9%
+in time (49.3 MB read almost all from L2, 48.9 MB 10% from DRAM: address hashing over the two L2
+halves), 45× the points' own noise. Every smooth ramp fitted to the recorded full sweep leaves the
+same scatter (residuals 43–53× the noise) and locates its end no better: the hinge ±14%, a
+two-segment ramp (steep, then slow) ±43%, a logistic in log W ±13% at 90% DRAM, a Gompertz ±19%.
+What narrows the CI is more working sets across the ramp and its tail, each cheap (about 14 ms of
+GPU time): with the recorded scatter (3.4% of the time) planted around the recorded hinge, 96
+working sets (three quarters between 0.7× and 2.5× the reported size) give the ramp's end ±4.4%
+(median of 20 draws; ±4.9% at the 90th percentile) and 160 give ±3.3%, against ±15.5% and ±11.8%
+with the recorded 20 and 36 — which is how the recorded sweeps came out. The next H200 run must
+show ±5% on both suites with these grids.
+
 ``memory.l2.read_bandwidth_gbps`` comes from a second, short series at one working set well inside
 L2 (a quarter of the reported size) with the bytes per launch varied from 0.25 to 4 GiB: a straight
 line t = t0 + bytes/BW whose slope CI is inverted, as for DRAM. The hinge's own plateau estimate
@@ -33,9 +48,11 @@ np = lazy("numpy")
 ID = __name__.rsplit(".", 1)[-1]
 TITLE = "The L2: capacity and read bandwidth"
 INTRO = """Reads one working set W over and over through L2 (not L1), for W on a log grid from L2/8 to 4×L2,
-dense around the reported size, and fits a hinge to the times: the L2 cost per byte below the
-ramp's start, the DRAM cost above its end, linear in log W between: `memory.l2.capacity_bytes`
-(where the ramp starts: the largest working set fully served by L2) and
+three quarters of the points between 0.7× and 2.5× the reported size (the ramp and its slow tail: on an
+H200 working sets a few hundred kB apart differ by up to 9% in time, address hashing over the two L2
+halves, so the ramp's ends are located by many points, not by a better curve), and fits a hinge to
+the times: the L2 cost per byte below the ramp's start, the DRAM cost above its end, linear in log W
+between: `memory.l2.capacity_bytes` (where the ramp starts: the largest working set fully served by L2) and
 `memory.l2.capacity_bytes.ramp_end`, with Wald CIs from the fit. A second series at one working set
 well inside L2 varies the bytes per launch; its line `t = t0 + bytes / bandwidth` gives
 `memory.l2.read_bandwidth_gbps`."""
@@ -54,18 +71,25 @@ PARAMETERS = (Param("memory.l2.read_bandwidth_gbps", "GB/s", "L2-resident read, 
 SIM_DEFAULTS = {"sim.cache_hierarchy.fixed_us": 5.0}
 # Bytes read per launch: long enough that the fixed cost is small, short enough for many points.
 BYTES_PER_LAUNCH = 2 * 2**30
-SUITES = {"quick": 20, "full": 36}
+# Working sets per suite: 20 and 36 gave the ramp's end ±21% and ±12% on an H200 (2026-12-01); 96 and
+# 160 should give ±4.4% and ±3.3% (the recorded scatter planted around the recorded hinge). About 14 ms
+# of GPU time each.
+SUITES = {"quick": 96, "full": 160}
+DENSE = (0.7, 2.5)       # the dense part of the grid, in units of the reported L2 size
+DENSE_SHARE = 0.75       # the share of the points there
 # Bytes per launch of the bandwidth series (GiB), at working set L2/4.
 BANDWIDTH_GIB = {"quick": (0.25, 0.5, 1, 1.5, 2, 3, 4), "full": (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 3.5, 4)}
 
 
 def plan(suite: str, *, l2_bytes: int, **_) -> list[dict]:
-    """Working sets from L2/8 to 4×L2, half the points between 0.6× and 1.25× the reported size,
-    where the ramp lies (an H200 reporting 60 MiB ramped from about 54 to 66 MB, 2026-11-29)."""
+    """Working sets from L2/8 to 4×L2, three quarters of the points between 0.7× and 2.5× the
+    reported size, where the ramp and its tail lie (an H200 reporting 60 MiB ramped from about 46
+    to 110 MB, 2026-12-01)."""
     n = SUITES[suite]
     lo, hi = math.log2(l2_bytes / 8), math.log2(4 * l2_bytes)
-    dense_lo, dense_hi = math.log2(0.6 * l2_bytes), math.log2(1.25 * l2_bytes)
-    grid = np.concatenate([np.linspace(lo, hi, n - n // 2), np.linspace(dense_lo, dense_hi, n // 2)])
+    dense_lo, dense_hi = math.log2(DENSE[0] * l2_bytes), math.log2(DENSE[1] * l2_bytes)
+    n_dense = int(n * DENSE_SHARE)
+    grid = np.concatenate([np.linspace(lo, hi, n - n_dense), np.linspace(dense_lo, dense_hi, n_dense)])
     sizes = sorted({int(round(2**x / 4096)) * 4096 for x in grid})
     # Alternate the bytes per launch (2 GiB, 1 GiB): with a constant amount the fixed cost and the
     # cost per byte could not be told apart on either plateau.
