@@ -234,13 +234,30 @@ def write_fragment(path, records: dict, *, device: dict, software: dict, source:
 
 
 def read_fragment(path) -> dict:
+    """A fragment document, checked: whatever reads it (``calib merge``, ``calib show``, the
+    report, ``calib run``'s merge) can use its fields without guarding each, and a corrupt or
+    hand-edited file stops with a ProfileError that names the file and the field."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or bad UTF-8
         raise ProfileError(f"fragment {path} cannot be read: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != FRAGMENT_SCHEMA:
         raise ProfileError(f"fragment {path} is not a {FRAGMENT_SCHEMA} document")
-    for name, rec in doc.get("params", {}).items():
-        Parameter.from_record(name, rec)
+    for key in ("params", "failures", "device", "software", "session"):
+        if doc.get(key) is not None and not isinstance(doc[key], dict):
+            raise ProfileError(f"fragment {path}: {key!r} must be an object, not {type(doc[key]).__name__}")
+    for key in ("note", "created", "source"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            raise ProfileError(f"fragment {path}: {key!r} must be text, not {type(doc[key]).__name__}")
+    session = doc.get("session") or {}
+    sid, db = session.get("id"), session.get("db")
+    if (sid is not None and (isinstance(sid, bool) or not isinstance(sid, int))) or (db is not None and
+                                                                                   not isinstance(db, str)):
+        raise ProfileError(f"fragment {path}: the session must have an integer 'id' and a text 'db'")
+    for name, rec in (doc.get("params") or {}).items():
+        try:
+            Parameter.from_record(name, rec)
+        except ProfileError as exc:
+            raise ProfileError(f"fragment {path}: {exc}") from None
     return doc

@@ -194,7 +194,7 @@ def _section(run: runfolder.RunFolder, cal: str, profile, simulated: bool) -> tu
     except calibrations.UnknownCalibration:
         title, intro, reading, declared = cal, "", "", []
     frag = run.fragments.get(cal) or {}
-    params = list(frag.get("params", {})) or [n for n in declared if n in profile.params]
+    params = list(frag.get("params") or {}) or [n for n in declared if n in profile.params]
     failures = dict(frag.get("failures") or {})
     notebook = next((nb for nb in run.index.get("notebooks", []) if isinstance(nb, dict)
                      and nb.get("calibration") == cal), {})
@@ -248,7 +248,7 @@ def build_report(run_dir) -> str:
     cals = run.calibrations
     cal_of = {}
     for cal in cals:
-        for name in (run.fragments.get(cal) or {}).get("params", {}):
+        for name in (run.fragments.get(cal) or {}).get("params") or {}:
             cal_of.setdefault(name, cal)
     for name in profile.params:
         if name not in cal_of:

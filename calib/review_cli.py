@@ -36,7 +36,7 @@ def _fragment_profile(path: Path):
     notes = [doc["note"]] if doc.get("note") else []
     if doc.get("failures"):
         notes += [f"not fitted: {name}: {why}" for name, why in doc["failures"].items()]
-    return Profile(doc.get("params", {}), device=doc.get("device"), software=doc.get("software"),
+    return Profile(doc.get("params") or {}, device=doc.get("device"), software=doc.get("software"),
                    created=doc.get("created"), path=path, origin="fragment", notes=notes)
 
 
@@ -111,7 +111,7 @@ def merge_fragments(paths, profile_path=None):
             raise MergeError(f"{p} and {first_path} were measured on different devices: {'; '.join(diffs)}")
     params = {}
     for _p, doc in docs:
-        params.update(doc.get("params", {}))
+        params.update(doc.get("params") or {})
     device, software = first.get("device") or {}, first.get("software") or {}
     target = Path(profile_path) if profile_path else user_profiles_dir() / f"{fp.device_slug(device)}.json"
     merge_into(target, params, device=device, software=software)

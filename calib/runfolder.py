@@ -91,7 +91,7 @@ def write_index(run_dir: Path, summary: dict, fragments: dict, *, device: dict, 
         pass
     params = {}
     for frag in fragments.values():
-        params.update(frag.get("params", {}))
+        params.update(frag.get("params") or {})
     write_profile(run_dir / PROFILE, {"schema": "calib.profile/1", "device": device, "software": software,
                                       "created": utc_now(), "params": params})
     (run_dir / f"{PROFILE}.lock").unlink(missing_ok=True)  # the snapshot's own lock: nobody else writes it
@@ -107,12 +107,27 @@ def write_index(run_dir: Path, summary: dict, fragments: dict, *, device: dict, 
             "wall_s": (summary.get("notebook_wall_s") or {}).get(nb, (previous.get(nb) or {}).get("wall_s")),
             "status": "failed" if nb in failed else (previous.get(nb) or {}).get("status", "ok"),
             "error": failed.get(nb, (previous.get(nb) or {}).get("error") if nb not in fragments else None),
-            "parameters": sorted(frag.get("params", {})), "not_fitted": dict(frag.get("failures") or {})})
+            "parameters": sorted(frag.get("params") or {}), "not_fitted": dict(frag.get("failures") or {})})
     index = {**summary, "layout": 2, "report": REPORT, "run_profile": PROFILE, "notebooks": notebooks,
              "parameters": {name: {k: rec.get(k) for k in ("value", "ci95", "unit", "n", "flags")}
                             for name, rec in sorted(params.items())}}
     (run_dir / INDEX).write_text(json.dumps(index, indent=2) + "\n")
     return index
+
+
+def _checked_index(doc: dict, p: Path) -> dict:
+    """The index with the shapes its readers rely on, or a RunFolderError naming the field: a
+    hand-edited or truncated ``run.json`` must give ``calib show``/``calib report`` a one-line
+    refusal, not a traceback."""
+    notebooks = doc.get("notebooks")
+    if notebooks is not None and (not isinstance(notebooks, list) or
+                                  not all(isinstance(nb, (dict, str)) for nb in notebooks)):
+        raise RunFolderError(f"{p}: 'notebooks' must be a list of objects")
+    failed = doc.get("failed")
+    if failed is not None and (not isinstance(failed, list) or not all(
+            isinstance(f, list) and len(f) == 2 and isinstance(f[0], str) for f in failed)):
+        raise RunFolderError(f"{p}: 'failed' must be a list of [notebook, reason] pairs")
+    return doc
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -141,10 +156,12 @@ class RunFolder:
         if not p.is_file():
             return {}
         try:
-            doc = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
+            doc = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or bad UTF-8
             raise RunFolderError(f"{p} cannot be read: {exc}") from None
-        return doc if isinstance(doc, dict) else {}
+        if not isinstance(doc, dict):
+            raise RunFolderError(f"{p} must hold a JSON object, not {type(doc).__name__}")
+        return _checked_index(doc, p)
 
     def _read_fragments(self) -> dict:
         from . import calibrations
@@ -197,7 +214,7 @@ class RunFolder:
         first = next(iter(self.fragments.values()))
         params = {}
         for frag in self.fragments.values():
-            params.update(frag.get("params", {}))
+            params.update(frag.get("params") or {})
         return Profile(params, device=first.get("device"), software=first.get("software"),
                        created=first.get("created"), path=self.path, origin="run folder, merged fragments")
 

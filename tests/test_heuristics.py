@@ -3,6 +3,7 @@ predictor's interval coverage and the evaluation's arithmetic, on the simulated 
 
 import json
 import math
+import re
 import threading
 import warnings
 
@@ -120,8 +121,11 @@ def test_overrides_from_json_and_json_lines_and_bad_files(tmp_path, sim_prof):
                                              "params": {"vec": 1, "ept": 1, "block": 32, "grid": "cover"}}) + "\n")
     assert H.load_overrides(lines, replace=True) == 1
     assert H.choose("pointwise", dict(D, n=5000), sim_prof)["block"] == 32
-    assert H.choose("pointwise", d, sim_prof)["grid"] != 4 or True  # replaced: the first file's entry is gone
+    # replaced: the first file's entry is gone, and the built-in answers for that problem again
     assert H.override_for("pointwise", d) is None
+    used = []
+    assert H.choose("pointwise", d, sim_prof, layers_used=used) == H.builtin("pointwise", d, sim_prof)
+    assert used == ["builtin"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"key": "abc", "params": {"vec": 1}}\nnot json\n{"descriptor": {"op": "add"}}\n[1]\n'
                    '{"key": "x", "params": {}, "kind": "gemm"}\n')
@@ -213,45 +217,74 @@ def test_prediction_names_its_parameters_and_uncertainty(sim_prof):
 # -- the evaluation's arithmetic ------------------------------------------------------------------
 
 def test_summary_arithmetic_by_hand():
-    s = E.summarize([2.0, 1.0, 4.0, 1.0], [1.0, 1.0, 2.0, 1.0])  # efficiencies 0.5, 1, 0.5, 1
-    assert s["n"] == 4
-    assert s["geomean_efficiency"] == pytest.approx(math.sqrt(0.5))
+    # time/best per problem: 2, 1, 2, 1; a fifth problem's choice failed; a sixth has no best
+    s = E.summarize([2.0, 1.0, 4.0, 1.0, None, 5.0], [1.0, 1.0, 2.0, 1.0, 1.0, None])
+    assert s["n"] == 4 and s["choice_failed"] == 1
+    assert s["geomean_efficiency"] == pytest.approx(0.5 ** 0.5)  # (0.5 * 1 * 0.5 * 1) ** (1/4)
+    assert s["geomean_slowdown"] == pytest.approx(2 ** 0.5)
     assert s["worst_efficiency"] == 0.5 and s["worst_slowdown"] == 2.0
-    assert s["geomean_slowdown"] == pytest.approx(math.sqrt(2))
-    assert s["efficiency_quantiles"]["p50"] == pytest.approx(0.75)
-    assert s["efficiency_quantiles"]["p25"] == pytest.approx(0.5 + 0.75 * 0.5 - 0.375)  # h = 0.75: 0.5
+    # linear interpolation at h = (n - 1) p over [0.5, 0.5, 1, 1] and [1, 1, 2, 2]
+    assert s["efficiency_quantiles"] == pytest.approx({"p5": 0.5, "p10": 0.5, "p25": 0.5, "p50": 0.75, "p75": 1.0,
+                                                       "p90": 1.0})
+    assert s["slowdown_quantiles"] == pytest.approx({"p5": 1.0, "p10": 1.0, "p25": 1.0, "p50": 1.5, "p75": 2.0,
+                                                     "p90": 2.0})
     assert s["within_3pct"] == 0.5
-    assert E.summarize([None, 0.0], [1.0, 1.0]) == {"n": 0}
+    # slowdowns 4, 2, 1, 1: their quantiles are their own, not 1 / the efficiency's (1 / 0.75 != 1.5)
+    s = E.summarize([4.0, 2.0, 1.0, 1.0], [1.0] * 4)
+    assert s["geomean_efficiency"] == pytest.approx(0.125 ** 0.25) and s["worst_slowdown"] == 4.0
+    assert s["efficiency_quantiles"]["p50"] == pytest.approx(0.75)
+    assert s["efficiency_quantiles"]["p10"] == pytest.approx(0.25 + 0.3 * 0.25)  # h = 0.3
+    assert s["slowdown_quantiles"]["p50"] == pytest.approx(1.5)
+    assert s["slowdown_quantiles"]["p90"] == pytest.approx(2 + 0.7 * 2)  # h = 2.7
+    assert s["within_3pct"] == 0.5
+    assert E.summarize([None, 0.0], [1.0, 1.0]) == {"n": 0, "choice_failed": 2}
+    assert E.summarize([], []) == {"n": 0, "choice_failed": 0}
     q = np.percentile([0.1, 0.4, 0.7, 0.9, 1.0], [5, 10, 25, 50, 75, 90])
     got = E.summarize([1 / x for x in (0.1, 0.4, 0.7, 0.9, 1.0)], [1.0] * 5)["efficiency_quantiles"]
     assert list(got.values()) == pytest.approx(list(q))
 
 
 def test_evaluation_on_a_hand_computable_family(monkeypatch):
-    """Two problems, a space of two candidates with known times and no noise: the ratios are exact."""
+    """Three problems, a space of two candidates with known times and no noise: the ratios are
+    exact. The predictor (the model without the hidden effects) says 0.8 of the true time, and on
+    the third problem the heuristic picks a candidate outside the space that cannot run."""
     from calib.backends import sim as simmod
 
     monkeypatch.setitem(simmod.DEFAULT_NOISE, "rel_sd", 0.0)
     monkeypatch.setitem(simmod.DEFAULT_NOISE, "outlier_rate", 0.0)
-    times = {"a": 10.0, "b": 20.0}
+    times = {"a": 10.0, "b": 20.0, "c": math.inf}
     from calib.heuristics.knobs import Knobs
 
     monkeypatch.setattr(PW, "space", lambda d: [Knobs(c="a"), Knobs(c="b")])
-    monkeypatch.setattr(PW, "model_us", lambda d, k, q, hidden=False: times[k["c"]] * (1 if d.n == 1000 else 3))
+    monkeypatch.setattr(PW, "model_us", lambda d, k, q, hidden=False:
+                        times[k["c"]] * (1 if d.n == 1000 else 3) * (1.0 if hidden else 0.8))
     monkeypatch.setattr(PW, "sim_library_us", lambda d, q: 40.0)
-    monkeypatch.setattr(PW, "heuristic", lambda d, p: Knobs(c="b") if d.n == 1000 else Knobs(c="a"))
+    monkeypatch.setattr(PW, "heuristic", lambda d, p: Knobs(c={1000: "b", 2000: "a"}.get(d.n, "c")))
     from calib.heuristics import baselines
 
     monkeypatch.setitem(baselines.BASELINES, "pointwise", lambda d, p=None: Knobs(c="b"))
-    probs = [PW.PointwiseDescriptor("add", 1000), PW.PointwiseDescriptor("add", 2000)]
+    probs = [PW.PointwiseDescriptor("add", n) for n in (1000, 2000, 3000)]
     res = E.evaluate("pointwise", probs, backend="sim")
     h, b, lib = (res["summary"][k] for k in ("heuristic", "baseline", "library"))
-    assert [r["best_us"] for r in res["rows"]] == pytest.approx([10.0, 30.0])
+    assert [r["best_us"] for r in res["rows"]] == pytest.approx([10.0, 30.0, 30.0])
+    assert [r["heuristic_us"] for r in res["rows"]] == pytest.approx([20.0, 30.0, None])
+    # heuristic: 10/20 and 30/30; the third problem's choice failed and is counted as such
+    assert h["n"] == 2 and h["choice_failed"] == 1
     assert h["geomean_efficiency"] == pytest.approx(math.sqrt(0.5 * 1.0))
-    assert h["worst_efficiency"] == pytest.approx(0.5)
-    assert b["geomean_efficiency"] == pytest.approx(0.5) and b["worst_efficiency"] == pytest.approx(0.5)
-    assert lib["geomean_efficiency"] == pytest.approx(math.sqrt(10 / 40 * 30 / 40))
-    assert res["prediction"]["all"]["median_abs_rel_error"] == pytest.approx(0.0)
+    assert h["worst_efficiency"] == pytest.approx(0.5) and h["worst_slowdown"] == pytest.approx(2.0)
+    assert h["slowdown_quantiles"]["p50"] == pytest.approx(1.5)
+    # baseline: b everywhere, 10/20, 30/60, 30/60
+    assert b["n"] == 3 and b["geomean_efficiency"] == pytest.approx(0.5) and b["worst_efficiency"] == pytest.approx(0.5)
+    assert lib["geomean_efficiency"] == pytest.approx((10 / 40 * 30 / 40 * 30 / 40) ** (1 / 3))
+    assert lib["worst_slowdown"] == pytest.approx(4.0)
+    # predicted 0.8 of the measured time: |0.8 - 1| on the two problems whose choice ran
+    pred = res["prediction"]["all"]
+    assert pred["n"] == 2 and pred["median_abs_rel_error"] == pytest.approx(0.2)
+    assert pred["worst_abs_rel_error"] == pytest.approx(0.2)
+    assert pred["interval_contains_measured"] == 0.0  # the model read no parameter with a CI: no width
+    assert res["rows"][2]["predicted_us"] is None  # an infinite prediction is no number in the JSON
+    json.dumps(res, allow_nan=False, default=str)
+    assert "| profile-driven heuristic | 0.707 | 0.500 |" in E.to_markdown(res)
 
 
 def test_pointwise_evaluation_on_the_sim_reaches_the_bar_in_seconds():
@@ -307,3 +340,34 @@ def test_review_figures_and_notebook_cells(tmp_path):
     nb = nbformat.read(Path(__file__).parents[1] / "notebooks/review/heuristics_review.ipynb", as_version=4)
     assert any("parameters" in c.metadata.get("tags", []) for c in nb.cells)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
+
+def test_the_shared_output_check_passes_right_outputs_and_fails_wrong_or_unwritten_ones(monkeypatch):
+    """check_output is what every family's GPU case runs before timing; here with NumPy for CuPy."""
+    from calib.heuristics import knobs as K
+
+    monkeypatch.setattr(K, "require_cupy", lambda what: np)
+
+    class Case:
+        def __init__(self, write):
+            self.y, self.write = np.empty(4), write
+
+        def run(self, k):
+            self.write(self.y)
+
+        def reference(self):
+            return np.array([1.0, -2.0, 3.0, 1000.0])
+
+    def right(y):
+        y[:] = [1.0, -2.0, 3.0, 1000.0]
+
+    def off_by_half_at_1000(y):
+        y[:] = [1.0, -2.0, 3.0, 1000.5]
+
+    assert K.check_output(Case(right), {}, 1e-12)
+    with pytest.raises(AssertionError, match="nan"):
+        K.check_output(Case(lambda y: None), {}, 1.0)  # wrote nothing: the NaN fill fails it
+    # 0.5 / (1 + 1000) passes an element-relative 1e-3; 0.5 / 1000 fails a max-relative 1e-4
+    assert K.check_output(Case(off_by_half_at_1000), {}, 1e-3)
+    with pytest.raises(AssertionError, match=re.escape("max |y - ref| / max |ref| = 0.0005")):
+        K.check_output(Case(off_by_half_at_1000), {}, 1e-4, relative_to="max")

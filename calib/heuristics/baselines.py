@@ -31,7 +31,7 @@ def pointwise(d, profile=None) -> Knobs:
     from . import pointwise as pw
 
     d = pw.descriptor(d)
-    vec = 16 // d.itemsize
+    vec = 16 // d.itemsize_bytes
     ept = max(1, min(4, 1024 // (128 * vec)))
     return Knobs(vec=vec, ept=ept, block=128, grid="cover")
 
@@ -55,7 +55,10 @@ def matmul_splitk(d, profile=None, *, sm_count: int | None = None) -> Knobs:
     from .registry import read
 
     d = sk.descriptor(d)
-    sms = sm_count or int(read(profile, "device.sm_count", 108)) if profile is not None else (sm_count or 108)
+    # the SM count is the one device property the rule queries (as a compiler does), not a measurement
+    if sm_count is None:
+        sm_count = int(read(profile, "device.sm_count", 108)) if profile is not None else 108
+    sms = sm_count
     tiles = math.ceil(d.m / TILE) * math.ceil(d.n / TILE)
     split = 1
     for s in sk.SPLITS:

@@ -22,7 +22,6 @@ compares measurements of one run.
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time as _time
@@ -31,7 +30,7 @@ from pathlib import Path
 from ..errors import CalibError
 from .families import family
 from .knobs import knobs
-from .registry import KINDS, HeuristicError, choose
+from .registry import HeuristicError, choose, json_lines, read_text
 
 QUANTILES = (0.05, 0.10, 0.25, 0.50, 0.75, 0.90)
 
@@ -56,16 +55,30 @@ def _quantile(sorted_values, p: float) -> float:
 
 def summarize(times, best) -> dict:
     """Efficiency ``best/time`` and slowdown ``time/best`` over problems: geometric means, worst
-    cases, quantiles of efficiency, and the share of problems within 3% of the best."""
-    pairs = [(t, b) for t, b in zip(times, best) if t is not None and b is not None and t > 0 and b > 0]
+    cases, quantiles of each, and the share of problems within 3% of the best.
+
+    A problem whose best is known but whose choice has no time (the chosen candidate failed its
+    check or could not run) is counted in ``choice_failed``, not in ``n``: leaving it out of the
+    means silently would flatter the heuristic, and putting it in as efficiency 0 would make the
+    geometric mean 0 and hide everything else."""
+    pairs, failed = [], 0
+    for t, b in zip(times, best):
+        if b is None or not b > 0:
+            continue
+        if t is None or not t > 0:
+            failed += 1
+        else:
+            pairs.append((t, b))
     if not pairs:
-        return {"n": 0}
+        return {"n": 0, "choice_failed": failed}
     eff = sorted(b / t for t, b in pairs)
+    slow = sorted(t / b for t, b in pairs)
     g = math.exp(sum(math.log(e) for e in eff) / len(eff))
-    return {"n": len(eff), "geomean_efficiency": g, "worst_efficiency": eff[0], "geomean_slowdown": 1 / g,
-            "worst_slowdown": 1 / eff[0],
+    return {"n": len(eff), "choice_failed": failed, "geomean_efficiency": g, "worst_efficiency": eff[0],
+            "geomean_slowdown": 1 / g, "worst_slowdown": slow[-1],
             "efficiency_quantiles": {f"p{round(p * 100)}": _quantile(eff, p) for p in QUANTILES},
-            "within_3pct": sum(e >= 1 / 1.03 for e in eff) / len(eff)}
+            "slowdown_quantiles": {f"p{round(p * 100)}": _quantile(slow, p) for p in QUANTILES},
+            "within_3pct": sum(s <= 1.03 for s in slow) / len(slow)}
 
 
 def prediction_errors(rows, *, only_memory_bound: bool = False) -> dict:
@@ -86,29 +99,19 @@ def read_problems(kind: str, path) -> tuple[list, list[str]]:
     """Descriptors from a JSON-lines file, and a line-numbered reason for each line skipped."""
     fam = family(kind)
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProblemFileError(f"cannot read problems file {p}: {getattr(exc, 'strerror', None) or exc}") from None
+    text = read_text(p, "problems file", ProblemFileError)
     out, bad = [], []
-    for n, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            bad.append(f"{p}:{n}: not JSON ({exc.msg} at column {exc.colno})")
-            continue
+    for n, obj in json_lines(text, p, bad):
         if isinstance(obj, dict) and obj.get("kind", kind) != kind:
-            bad.append(f"{p}:{n}: a {obj.get('kind')} problem, not {kind}")
+            bad.append(f"{p}:{n}: a {obj.get('kind')!r} problem, not {kind}")
             continue
         try:
             out.append(fam.descriptor(obj))
         except HeuristicError as exc:
             bad.append(f"{p}:{n}: {exc}")
     if not out:
-        why = f": {'; '.join(bad[:5])}" if bad else " (it is empty)"
+        more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+        why = f": {'; '.join(bad[:5])}{more}" if bad else " (it is empty)"
         raise ProblemFileError(f"problems file {p} has no usable {kind} problem{why}")
     return out, bad
 
@@ -160,9 +163,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     from .predictor import predict_model
     from .baselines import BASELINES
 
-    if kind not in KINDS:
-        raise HeuristicError(f"no scheduler kind {kind!r}; the kinds are {', '.join(KINDS)}")
-    fam = family(kind)
+    fam = family(kind)  # an unknown kind: HeuristicError
     backend = resolve_backend(backend)
     gen_kw = {} if max_bytes is None else {"max_bytes": max_bytes}
     problems = list(problems) if problems is not None else fam.generate(count, seed, **gen_kw)
@@ -230,6 +231,11 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
             "summary": summary, "prediction": pred, "rows": rows}
 
 
+def _finite(x: float) -> float | None:
+    """``x``, or None where it is infinite or NaN (no such number in JSON, and no prediction)."""
+    return x if math.isfinite(x) else None
+
+
 def _cp_free():
     try:
         import cupy
@@ -272,13 +278,19 @@ def _one(fam, kind, d, case, tuner, profile, timer, baseline, predict_model) -> 
     by_id = {c.autotune_name: c for c in cands}
 
     def measured(k) -> float | None:
+        """The time of a chosen candidate; None where it cannot be used (wrong, unsupported)."""
         cid = knobs(k).autotune_name
         if cid in usable:
             return usable[cid]
         if cid in timings:  # wrong or unsupported: it cannot be used
             return None
-        case.check(k)  # outside the space (a user's heuristic): checked and timed on its own
-        return float(time_fn(knobs(k)).center_us)
+        try:  # outside the space (a user's heuristic): checked and timed on its own, as the tuner does
+            case.check(knobs(k))
+            return float(time_fn(knobs(k)).center_us)
+        except MemoryError:
+            raise
+        except Exception:  # noqa: BLE001 - a wrong or unlaunchable choice is the heuristic's failure
+            return None
 
     h = choose(kind, d, profile)
     b = baseline(d, profile)
@@ -287,19 +299,21 @@ def _one(fam, kind, d, case, tuner, profile, timer, baseline, predict_model) -> 
     return {"descriptor": _desc(d), "key": sel.descriptor_key, "candidates": len(cands),
             "usable": len(usable), "best": dict(by_id.get(best_id, {})) or best_id, "best_us": usable[best_id],
             "winner": sel.candidate, "heuristic": dict(h), "heuristic_us": measured(h), "baseline": dict(b),
-            "baseline_us": measured(b), "library_us": float(lib.center_us), "predicted_us": pred.time_us,
-            "predicted_ci95": list(pred.ci95), "memory_bound": bool(getattr(fam, "memory_bound", lambda d: True)(d))}
+            "baseline_us": measured(b), "library_us": float(lib.center_us), "predicted_us": _finite(pred.time_us),
+            "predicted_ci95": list(pred.ci95) if math.isfinite(pred.time_us) else None,
+            "memory_bound": bool(d.memory_bound)}
 
 
 # ----------------------------------------------------------------------------------------------
 # reports
 
 def _fmt(s: dict) -> str:
+    failed = s.get("choice_failed", 0)
     if not s.get("n"):
-        return "| – | – | – | – | – |"
+        return f"| – | – | – | – | – | {failed} |"
     q = s["efficiency_quantiles"]
     return (f"| {s['geomean_efficiency']:.3f} | {s['worst_efficiency']:.3f} | {q['p10']:.3f} | {q['p50']:.3f} | "
-            f"{s['within_3pct']:.0%} |")
+            f"{s['within_3pct']:.0%} | {failed} |")
 
 
 def to_markdown(res: dict) -> str:
@@ -309,7 +323,7 @@ def to_markdown(res: dict) -> str:
              f"{'; ' + res['stopped_early'] if res['stopped_early'] else ''}; profile: {res['profile']}; "
              f"tuning database: {res['tuning_database']}.", "",
              "Efficiency = exhaustive best / time of the choice (1 = the best).", "",
-             "| choice | geomean | worst | p10 | median | within 3% |", "|---|---|---|---|---|---|"]
+             "| choice | geomean | worst | p10 | median | within 3% | choice failed |", "|---|---|---|---|---|---|---|"]
     for name, label in (("heuristic", "profile-driven heuristic"), ("baseline", "static baseline"),
                         ("library", "library op (CuPy)")):
         lines.append(f"| {label} " + _fmt(res["summary"][name]))

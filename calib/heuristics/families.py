@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import importlib
 
-from .registry import KINDS, HeuristicError
+from .registry import _check_kind
 
 MODULES = {"pointwise": "pointwise", "normalization": "normalization", "matmul_splitk": "splitk"}
 
 
 def family(kind: str):
-    if kind not in KINDS:
-        raise HeuristicError(f"no scheduler kind {kind!r}; the kinds are {', '.join(KINDS)}")
+    _check_kind(kind)
     return importlib.import_module(f"{__package__}.{MODULES[kind]}")

@@ -1,8 +1,10 @@
-"""Launch parameters as a plain dict that the autotune cache can name, and what families share."""
+"""Launch parameters as a plain dict that the autotune cache can name, and what families share:
+the descriptor's base class, its field checks, and the output check of a GPU candidate."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from .registry import HeuristicError
 
@@ -24,21 +26,52 @@ def knobs(params: dict) -> Knobs:
     return params if isinstance(params, Knobs) else Knobs(params)
 
 
-def descriptor_from(cls, obj, kind: str):
-    """A family's descriptor from a mapping (a JSON line), with the field at fault named."""
-    if isinstance(obj, cls):
-        return obj
-    if not isinstance(obj, dict):
-        raise HeuristicError(f"a {kind} descriptor must be a JSON object, not {type(obj).__name__}")
-    names = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
-    extra = set(obj) - names - {"kind"}
-    if extra:
-        raise HeuristicError(f"{kind} descriptor: unknown field(s) {', '.join(sorted(extra))} "
-                             f"(fields: {', '.join(sorted(names))})")
-    try:
-        return cls(**{k: v for k, v in obj.items() if k != "kind"})
-    except TypeError as exc:
-        raise HeuristicError(f"{kind} descriptor: {exc}") from None
+ITEMSIZE = {"float16": 2, "float32": 4, "float64": 8}
+
+
+class FamilyDescriptor:
+    """What every family's (frozen dataclass) descriptor has: a ``dtype`` field, hence
+    ``itemsize_bytes``; ``memory_bound`` (True unless the family says otherwise, since the
+    predictor's error is reported for memory-bound problems apart); and :meth:`parse`, the
+    descriptor from a mapping (a JSON line) with the field at fault named. Subclasses set
+    ``KIND``."""
+
+    KIND = "?"
+
+    @property
+    def itemsize_bytes(self) -> int:
+        return ITEMSIZE[self.dtype]
+
+    @property
+    def memory_bound(self) -> bool:
+        return True
+
+    @classmethod
+    def parse(cls, obj):
+        if isinstance(obj, cls):
+            return obj
+        kind = cls.KIND
+        if not isinstance(obj, dict):
+            raise HeuristicError(f"a {kind} descriptor must be a JSON object, not {type(obj).__name__}")
+        names = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+        extra = set(obj) - names - {"kind"}
+        if extra:
+            raise HeuristicError(f"{kind} descriptor: unknown field(s) {', '.join(sorted(extra))} "
+                                 f"(fields: {', '.join(sorted(names))})")
+        try:
+            return cls(**{k: v for k, v in obj.items() if k != "kind"})
+        except TypeError as exc:
+            raise HeuristicError(f"{kind} descriptor: {exc}") from None
+
+    def _check_fields(self, choices: dict, counts=()):
+        """``choices``: field -> allowed values; ``counts``: fields that must be integers >= 1
+        (stored back as int, so that ``3e7`` from a JSON line is the same problem as ``30000000``)."""
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if not isinstance(value, str) or value not in allowed:
+                raise HeuristicError(f"{self.KIND} descriptor: {name} {value!r} is none of {', '.join(allowed)}")
+        for name in counts:
+            object.__setattr__(self, name, positive_int(name, getattr(self, name), self.KIND))
 
 
 def positive_int(name: str, value, kind: str) -> int:
@@ -52,4 +85,29 @@ def positive_int(name: str, value, kind: str) -> int:
     return int(value)
 
 
-ITEMSIZE = {"float16": 2, "float32": 4, "float64": 8}
+def require_cupy(what: str):
+    from .._optional import require
+
+    return require("cupy", what)
+
+
+def check_output(case, k, tolerance: float, *, relative_to: str = "element") -> bool:
+    """Run candidate ``k`` of a GPU case into ``case.y`` (filled with NaN first, so that a kernel
+    that writes nothing fails) and compare it with ``case.reference()`` (float64).
+
+    ``relative_to="element"``: ``max |y - ref| / (1 + |ref|)``, for outputs computed element by
+    element (pointwise, normalization); ``"max"``: ``max |y - ref| / max |ref|``, for a matmul,
+    whose rounding error grows with the sum, not with each output. Raises AssertionError (the
+    autotuner records the candidate as wrong) past ``tolerance``."""
+    cp = require_cupy("checking a kernel family's candidates on a GPU")
+    case.y.fill(float("nan"))
+    case.run(k)
+    ref = case.reference()
+    diff = cp.abs(case.y.astype(cp.float64) - ref)
+    if relative_to == "element":
+        err, label = float(cp.max(diff / (1 + cp.abs(ref)))), "max |y - ref| / (1 + |ref|)"
+    else:
+        err, label = float(diff.max()) / (float(cp.abs(ref).max()) or 1.0), "max |y - ref| / max |ref|"
+    if not math.isfinite(err) or err > tolerance:
+        raise AssertionError(f"{label} = {err:.3g}, tolerance {tolerance:g}")
+    return True

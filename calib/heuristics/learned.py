@@ -149,8 +149,7 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
     if len(set(map(float, nbytes))) < 2 or len(y) < 4:
         raise HeuristicError(f"learning {kernel} needs at least two sizes and four samples")
     dram_r = P.dram_gbps(q, "copy", 16)
-    l2_r = q("memory.l2.read_bandwidth_gbps") * dram_r / P.dram_gbps(q, "copy", 16)
-    ratio = l2_r / dram_r
+    ratio = q("memory.l2.read_bandwidth_gbps") / dram_r  # the profile's L2/DRAM ratio, for an unidentified rate
     assumed = []
     has_dram, has_l2 = X[:, 1].any(), X[:, 2].any()
     if has_dram and has_l2 and len({round(x, 9) for x in X[:, 1] / np.maximum(X[:, 1] + X[:, 2], 1e-30)}) < 2:

@@ -23,8 +23,7 @@ import math
 
 from .._lazy import lazy
 from . import predictor as P
-from .knobs import ITEMSIZE, Knobs, descriptor_from, positive_int
-from .registry import HeuristicError
+from .knobs import ITEMSIZE, FamilyDescriptor, Knobs, check_output, require_cupy
 
 np = lazy("numpy")
 
@@ -41,39 +40,26 @@ EPS = 1e-5
 
 
 @dataclasses.dataclass(frozen=True)
-class NormDescriptor:
+class NormDescriptor(FamilyDescriptor):
+    KIND = KIND
     op: str
     rows: int
     cols: int
     dtype: str = "float32"
 
     def __post_init__(self):
-        if self.op not in OPS:
-            raise HeuristicError(f"normalization descriptor: op {self.op!r} is none of {', '.join(OPS)}")
-        if self.dtype not in DTYPES:
-            raise HeuristicError(f"normalization descriptor: dtype {self.dtype!r} is none of {', '.join(DTYPES)}")
-        object.__setattr__(self, "rows", positive_int("rows", self.rows, KIND))
-        object.__setattr__(self, "cols", positive_int("cols", self.cols, KIND))
-
-    @property
-    def itemsize(self) -> int:
-        return ITEMSIZE[self.dtype]
+        self._check_fields({"op": OPS, "dtype": DTYPES}, counts=("rows", "cols"))
 
     @property
     def bytes_moved(self) -> int:
-        return 2 * self.rows * self.cols * self.itemsize
+        return 2 * self.rows * self.cols * self.itemsize_bytes
 
 
-def descriptor(obj) -> NormDescriptor:
-    return descriptor_from(NormDescriptor, obj, KIND)
-
-
-def memory_bound(d) -> bool:
-    return True
+descriptor = NormDescriptor.parse
 
 
 def vecs(d) -> list[int]:
-    return [w // d.itemsize for w in WIDTHS if d.cols % (w // d.itemsize) == 0]
+    return [w // d.itemsize_bytes for w in WIDTHS if d.cols % (w // d.itemsize_bytes) == 0]
 
 
 def widest_vec(d) -> int:
@@ -106,7 +92,7 @@ def norm_gbps(q, width: int) -> float:
 
 
 def model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
-    e, rows, cols = d.itemsize, d.rows, d.cols
+    e, rows, cols = d.itemsize_bytes, d.rows, d.cols
     threads, vec, buf = int(k["threads"]), int(k["vec"]), int(k["buffer"])
     sms = P.sm_count(q)
     overhead = q("normalization.additional_registers", P.DEFAULTS["normalization.additional_registers"])
@@ -161,7 +147,7 @@ def sim_library_us(d, q) -> float:
     """CuPy composed of its own ops (max, exp of the difference, sum, divide; mean, var, ...):
     about six passes over the rows and four kernels."""
     nbytes = 3 * d.bytes_moved
-    return 4 * P.fixed_us(q) + P.stream_us(q, nbytes, d.bytes_moved, d.itemsize, "copy") / 0.9
+    return 4 * P.fixed_us(q) + P.stream_us(q, nbytes, d.bytes_moved, d.itemsize_bytes, "copy") / 0.9
 
 
 def generate(count: int, seed: int = 0, *, max_bytes: float = 2 * 2**30) -> list[NormDescriptor]:
@@ -322,9 +308,7 @@ _modules: dict = {}
 
 
 def _cp():
-    from .._optional import require
-
-    return require("cupy", "the normalization kernel family on a GPU")
+    return require_cupy("the normalization kernel family on a GPU")
 
 
 def _names(dtype):
@@ -376,14 +360,7 @@ class GpuCase:
         return self._ref
 
     def check(self, k):
-        cp = _cp()
-        self.y.fill(float("nan"))
-        self.run(k)
-        ref = self.reference()
-        err = float(cp.max(cp.abs(self.y.astype(cp.float64) - ref) / (1 + cp.abs(ref))))
-        if not math.isfinite(err) or err > TOLERANCE[self.d.dtype]:
-            raise AssertionError(f"max |y - ref| / (1 + |ref|) = {err:.3g}, tolerance {TOLERANCE[self.d.dtype]:g}")
-        return True
+        return check_output(self, k, TOLERANCE[self.d.dtype])
 
     def library(self):
         """Softmax or layer norm as a CuPy user writes it from CuPy's own ops."""

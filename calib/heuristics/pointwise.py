@@ -28,8 +28,7 @@ import math
 
 from .._lazy import lazy
 from . import predictor as P
-from .knobs import ITEMSIZE, Knobs, descriptor_from, positive_int
-from .registry import HeuristicError
+from .knobs import ITEMSIZE, FamilyDescriptor, Knobs, check_output, require_cupy
 
 np = lazy("numpy")
 
@@ -47,43 +46,33 @@ GRIDS = ("cover", 4)
 
 
 @dataclasses.dataclass(frozen=True)
-class PointwiseDescriptor:
+class PointwiseDescriptor(FamilyDescriptor):
+    """``memory_bound`` stays True: every op here does at most 6 flops per element, bandwidth
+    bound on any GPU."""
+
+    KIND = KIND
     op: str
     n: int
     dtype: str = "float32"
 
     def __post_init__(self):
-        if self.op not in OPS:
-            raise HeuristicError(f"pointwise descriptor: op {self.op!r} is none of {', '.join(OPS)}")
-        if self.dtype not in DTYPES:
-            raise HeuristicError(f"pointwise descriptor: dtype {self.dtype!r} is none of {', '.join(DTYPES)}")
-        object.__setattr__(self, "n", positive_int("n", self.n, KIND))
+        self._check_fields({"op": OPS, "dtype": DTYPES}, counts=("n",))
 
     @property
     def inputs(self) -> int:
         return 2 if self.op in BINARY else 1
 
     @property
-    def itemsize(self) -> int:
-        return ITEMSIZE[self.dtype]
-
-    @property
     def bytes_moved(self) -> int:
-        return (self.inputs + 1) * self.n * self.itemsize
+        return (self.inputs + 1) * self.n * self.itemsize_bytes
 
 
-def descriptor(obj) -> PointwiseDescriptor:
-    return descriptor_from(PointwiseDescriptor, obj, KIND)
+descriptor = PointwiseDescriptor.parse
 
 
 def space(d: PointwiseDescriptor) -> list[Knobs]:
-    vecs = [v for v in (1, 2, 4, 8) if v * d.itemsize <= 16]
+    vecs = [v for v in (1, 2, 4, 8) if v * d.itemsize_bytes <= 16]
     return [Knobs(vec=v, ept=e, block=b, grid=g) for v in vecs for e in EPTS for b in BLOCKS for g in GRIDS]
-
-
-def memory_bound(d) -> bool:
-    """Every op here does at most 6 flops per element: bandwidth bound on any GPU."""
-    return True
 
 
 def launch_shape(d: PointwiseDescriptor, k) -> tuple[int, int]:
@@ -100,7 +89,7 @@ def grid_blocks(d, k, sms: int) -> int:
 
 
 def model_us(d: PointwiseDescriptor, k, q, hidden: bool = False) -> float:
-    e, nin = d.itemsize, d.inputs
+    e, nin = d.itemsize_bytes, d.inputs
     vec, ept, block = int(k["vec"]), int(k["ept"]), int(k["block"])
     sms = P.sm_count(q)
     width = vec * e
@@ -151,7 +140,7 @@ def generate(count: int, seed: int = 0, *, max_bytes: float = 3 * 2**30) -> list
     for _ in range(count):
         op, dtype = rng.choice(OPS), rng.choice(DTYPES)
         d0 = PointwiseDescriptor(op, 1, dtype)
-        hi = max_bytes / ((d0.inputs + 1) * d0.itemsize)
+        hi = max_bytes / ((d0.inputs + 1) * d0.itemsize_bytes)
         n = int(math.exp(rng.uniform(math.log(1e3), math.log(hi))))
         if rng.random() < 0.7:
             n -= n % 8  # most real sizes are multiples of 8; the rest exercise the remainder code
@@ -233,9 +222,7 @@ _modules: dict = {}
 
 
 def _cp():
-    from .._optional import require
-
-    return require("cupy", "the pointwise kernel family on a GPU")
+    return require_cupy("the pointwise kernel family on a GPU")
 
 
 def kernel(dtype: str, vec: int, ept: int):
@@ -280,14 +267,7 @@ class GpuCase:
         return self._ref
 
     def check(self, k):
-        cp = _cp()
-        self.y.fill(float("nan"))
-        self.run(k)
-        ref = self.reference()
-        err = float(cp.max(cp.abs(self.y.astype(cp.float64) - ref) / (1 + cp.abs(ref))))
-        if not math.isfinite(err) or err > TOLERANCE[self.d.dtype]:
-            raise AssertionError(f"max |y - ref| / (1 + |ref|) = {err:.3g}, tolerance {TOLERANCE[self.d.dtype]:g}")
-        return True
+        return check_output(self, k, TOLERANCE[self.d.dtype])
 
     def library(self):
         """The op a CuPy user calls (a ufunc; sigmoid as the ElementwiseKernel one would write)."""

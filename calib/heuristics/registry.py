@@ -199,6 +199,39 @@ def layers(kind: str) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------
+# files a user writes: override files here, problem files for the evaluation
+
+def read_text(path: Path, what: str, error: type) -> str:
+    """The UTF-8 text of ``path``, or ``error`` (a CalibError) saying in one line why not."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise error(f"{what} {path} is a directory") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+
+
+def json_lines(text: str, label, problems: list):
+    """(line number, parsed value) for each line of JSON-lines ``text``; blank lines and lines
+    starting with ``#`` are skipped, and a line that is not JSON is added to ``problems`` as
+    ``label:N: ...``, so that every bad line of a file is reported at once, not the first alone."""
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            yield n, json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(f"{label}:{n}: not JSON ({exc.msg} at column {exc.colno})")
+        except RecursionError:  # [[[[... nested deeper than the parser goes
+            problems.append(f"{label}:{n}: not JSON (nested too deeply)")
+
+
+# ----------------------------------------------------------------------------------------------
 # overrides
 
 def set_overrides(mapping: dict, *, kind: str | None = None, replace: bool = False):
@@ -232,16 +265,7 @@ def load_overrides(path, *, replace: bool = False) -> int:
     from ..autotune.descriptors import DescriptorError, descriptor_key
 
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise OverrideFileError(f"override file {p} does not exist") from None
-    except IsADirectoryError:
-        raise OverrideFileError(f"override file {p} is a directory") from None
-    except UnicodeDecodeError as exc:
-        raise OverrideFileError(f"override file {p} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise OverrideFileError(f"cannot read override file {p}: {exc.strerror or exc}") from None
+    text = read_text(p, "override file", OverrideFileError)
     entries: list[tuple[str, str | None, dict]] = []
     problems: list[str] = []
     stripped = text.strip()
@@ -249,7 +273,7 @@ def load_overrides(path, *, replace: bool = False) -> int:
     if stripped.startswith("{"):
         try:
             whole = json.loads(stripped)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             whole = None  # perhaps JSON lines: parsed line by line below
     if isinstance(whole, dict) and not ({"params", "key", "descriptor"} & set(whole)):
         for key, params in whole.items():
@@ -258,15 +282,7 @@ def load_overrides(path, *, replace: bool = False) -> int:
             else:
                 entries.append((key, None, params))
     else:
-        for n, line in enumerate(text.splitlines(), 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                problems.append(f"{p}:{n}: not JSON ({exc.msg} at column {exc.colno})")
-                continue
+        for n, obj in json_lines(text, p, problems):
             if not isinstance(obj, dict):
                 problems.append(f"{p}:{n}: a line must be a JSON object, not {type(obj).__name__}")
                 continue

@@ -23,8 +23,7 @@ import math
 
 from .._lazy import lazy
 from . import predictor as P
-from .knobs import ITEMSIZE, Knobs, descriptor_from, positive_int
-from .registry import HeuristicError
+from .knobs import FamilyDescriptor, Knobs, check_output, require_cupy
 
 np = lazy("numpy")
 
@@ -38,35 +37,28 @@ RATE = {"float16": "compute.fp16.tensor_tflops", "float32": "compute.fp32.fma_tf
 
 
 @dataclasses.dataclass(frozen=True)
-class SplitKDescriptor:
+class SplitKDescriptor(FamilyDescriptor):
+    KIND = KIND
     m: int
     n: int
     k: int
     dtype: str = "float16"
 
     def __post_init__(self):
-        if self.dtype not in DTYPES:
-            raise HeuristicError(f"matmul_splitk descriptor: dtype {self.dtype!r} is none of {', '.join(DTYPES)}")
-        for f in ("m", "n", "k"):
-            object.__setattr__(self, f, positive_int(f, getattr(self, f), KIND))
-
-    @property
-    def itemsize(self) -> int:
-        return ITEMSIZE[self.dtype]
+        self._check_fields({"dtype": DTYPES}, counts=("m", "n", "k"))
 
     @property
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k
 
+    @property
+    def memory_bound(self) -> bool:
+        """Below the ridge of an H200-like machine (about 150 flops per byte for fp16 tensor cores)."""
+        nbytes = (self.m * self.k + self.k * self.n + self.m * self.n) * self.itemsize_bytes
+        return self.flops / nbytes < (150 if self.dtype == "float16" else 12)
 
-def descriptor(obj) -> SplitKDescriptor:
-    return descriptor_from(SplitKDescriptor, obj, KIND)
 
-
-def memory_bound(d) -> bool:
-    """Below the ridge of an H200-like machine (about 150 flops per byte for fp16 tensor cores)."""
-    nbytes = (d.m * d.k + d.k * d.n + d.m * d.n) * d.itemsize
-    return d.flops / nbytes < (150 if d.dtype == "float16" else 12)
+descriptor = SplitKDescriptor.parse
 
 
 def space(d: SplitKDescriptor) -> list[Knobs]:
@@ -75,7 +67,7 @@ def space(d: SplitKDescriptor) -> list[Knobs]:
 
 def model_us(d: SplitKDescriptor, k, q, hidden: bool = False) -> float:
     s = int(k["split"])
-    e = d.itemsize
+    e = d.itemsize_bytes
     sms = P.sm_count(q)
     tile = TILE
     tiles = math.ceil(d.m / tile) * math.ceil(d.n / tile)
@@ -118,7 +110,7 @@ def generate(count: int, seed: int = 0, *, max_bytes: float = 2**30, max_flops: 
         kk = 256 * max(1, int(math.exp(rng.uniform(0, math.log(256)))))
         dtype = rng.choice(DTYPES)
         d = SplitKDescriptor(m, n, kk, dtype)
-        nbytes = (m * kk + kk * n + 32 * m * n) * d.itemsize
+        nbytes = (m * kk + kk * n + 32 * m * n) * d.itemsize_bytes
         if nbytes <= max_bytes and d.flops <= max_flops * (1 if dtype == "float16" else 0.1):
             out.append(d)
     return out
@@ -148,9 +140,7 @@ _modules: dict = {}
 
 
 def _cp():
-    from .._optional import require
-
-    return require("cupy", "the split-K matmul family on a GPU")
+    return require_cupy("the split-K matmul family on a GPU")
 
 
 def reducer(dtype):
@@ -189,15 +179,7 @@ class GpuCase:
         return self._ref
 
     def check(self, k):
-        cp = _cp()
-        self.y.fill(float("nan"))
-        self.run(k)
-        ref = self.reference()
-        scale = float(cp.abs(ref).max()) or 1.0
-        err = float(cp.abs(self.y.astype(cp.float64) - ref).max()) / scale
-        if not math.isfinite(err) or err > TOLERANCE[self.d.dtype]:
-            raise AssertionError(f"max |y - ref| / max |ref| = {err:.3g}, tolerance {TOLERANCE[self.d.dtype]:g}")
-        return True
+        return check_output(self, k, TOLERANCE[self.d.dtype], relative_to="max")
 
     def library(self):
         cp = _cp()
