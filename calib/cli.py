@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import warnings
 
-from . import __version__
+from . import __version__, cli_args
 from .errors import CalibError
 
 
@@ -55,8 +56,12 @@ def _cmd_show(args) -> int:
         except ProfileError as exc:
             print(f"calib show: error: {exc}", file=sys.stderr)
             return 2
-    if args.json:
-        print(json.dumps(profile.to_document(), indent=2))
+    refused = _show_refusal(args, profile)
+    if refused:
+        print(f"calib show: error: {refused}", file=sys.stderr)
+        return 2
+    if args.json:  # NaN is not JSON: a record holding one shows null
+        print(json.dumps(_finite_json(profile.to_document()), indent=2, allow_nan=False))
         return 0
     print(f"profile: {profile.path or '(none)'}  [{profile.origin}]")
     if profile.device:
@@ -79,6 +84,30 @@ def _cmd_show(args) -> int:
     return 0
 
 
+def _show_refusal(args, profile) -> str | None:
+    """Why ``calib show FILE`` exits 2: FILE named but missing, or not a profile calib can read. A
+    script that tests the exit status must not take "(no parameters)" for a shown profile."""
+    if not args.profile:
+        return None
+    if profile.unusable:
+        return profile.unusable
+    if profile.origin == "empty":
+        return f"no profile at {args.profile}: " + ("it does not exist" if not os.path.exists(args.profile)
+                                                    else "calib cannot read it")
+    return None
+
+
+def _finite_json(value):
+    """``value`` with every NaN or infinity as None, at any depth."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
+
+
 def _cmd_query(args) -> int:
     from .profile import ProfileError
 
@@ -98,11 +127,11 @@ def _cmd_query(args) -> int:
 
 
 def _store(args, readonly: bool = False):
-    from .store import ENV_DB_URL, Store
+    from .store import ENV_DB_URL, Store, StoreError
 
     url = args.db or os.environ.get(ENV_DB_URL)
-    if not url:
-        raise SystemExit(f"calib {args.command}: no database: give --db URL or set {ENV_DB_URL}")
+    if not url:  # a StoreError, not SystemExit(text), which exits 1
+        raise StoreError(f"no database: give --db URL or set {ENV_DB_URL}")
     return Store(url, readonly=readonly)
 
 
@@ -116,6 +145,7 @@ def _cmd_worker(args) -> int:
     from .store import StoreError
     from .worker import Worker, physical_gpu_id
 
+    cli_args.check_lease(args.heartbeat_s, args.lease_timeout_s)
     try:
         store = _store(args)
         backend = _backend_for(args)
@@ -214,7 +244,8 @@ def _cmd_winners(args) -> int:
 def _add_backend_args(p):
     p.add_argument("--backend", choices=["auto", "cupy", "sim"], default="auto")
     p.add_argument("--sim-spec", metavar="FILE")
-    p.add_argument("--device", type=int, default=0, help="CUDA device index (CUDA_VISIBLE_DEVICES applies)")
+    p.add_argument("--device", type=cli_args.non_negative_int, default=0,
+                   help="CUDA device index (CUDA_VISIBLE_DEVICES applies)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,13 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--backend", choices=["auto", "cupy", "sim"], default="auto",
                    help="auto: the GPU where there is one, else the simulated device")
     r.add_argument("--sim-spec", metavar="FILE", help="JSON ground truth of the simulated device")
-    r.add_argument("--device", type=int, default=0, help="CUDA device index")
+    r.add_argument("--device", type=cli_args.non_negative_int, default=0, help="CUDA device index")
     r.add_argument("--suite", choices=["quick", "full"], default="quick")
     r.add_argument("--profile", metavar="PATH", help="write the profile here (default: the user data folder)")
     r.add_argument("--run-dir", metavar="DIR", help="keep executed notebooks and raw data here; reuse to resume")
     r.add_argument("--notebook", action="append", metavar="NAME", help="run only this notebook (repeatable)")
     r.add_argument("--reason", help="why this calibration ran (recorded in the session)")
-    r.add_argument("--jobs", default="auto", metavar="N",
+    r.add_argument("--jobs", type=cli_args.jobs, default="auto", metavar="N",
                    help="notebooks in flight at once; their measurements still take turns on the GPU "
                         "(auto: all on a GPU host with 8 or more cores, up to cores - 4; else 1; "
                         "2 on the simulated device)")
@@ -244,7 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=text)
         if name == "query":
             s.add_argument("name")
-            s.add_argument("--default", type=float, help="value to print (with a warning) if the profile lacks it")
+            s.add_argument("--default", type=cli_args.finite_float,
+                           help="value to print (with a warning) if the profile lacks it")
             s.add_argument("--strict", action="store_true", help="fail instead of falling back to --default")
             s.add_argument("--record", action="store_true", help="print the whole record as JSON")
             s.add_argument("--profile", metavar="PATH")
@@ -262,11 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("worker", help="claim and measure jobs from the tuning database, one process per GPU")
     _add_backend_args(w)
     w.add_argument("--db", help=db_help)
-    w.add_argument("--session", type=int, action="append", help="only these sessions (default: all of this device)")
-    w.add_argument("--max-retries", type=int, default=2)
-    w.add_argument("--heartbeat-s", type=float, default=5.0)
-    w.add_argument("--lease-timeout-s", type=float, default=60.0, help="reclaim jobs silent for this long")
-    w.add_argument("--batch", type=int, help="jobs claimed at once (default: 1 on a GPU, 32 simulated)")
+    w.add_argument("--session", type=cli_args.positive_int, action="append",
+                   help="only these sessions (default: all of this device)")
+    w.add_argument("--max-retries", type=cli_args.non_negative_int, default=2)
+    w.add_argument("--heartbeat-s", type=cli_args.heartbeat_s, default=5.0)
+    w.add_argument("--lease-timeout-s", type=cli_args.positive_float, default=60.0,
+                   help=f"reclaim jobs silent for this long (at least {cli_args.MIN_HEARTBEATS_PER_LEASE} heartbeats)")
+    w.add_argument("--batch", type=cli_args.positive_int,
+                   help="jobs claimed at once (default: 1 on a GPU, 32 simulated)")
     w.add_argument("--exit-when-empty", action="store_true", help="stop once no job is new or running")
     w.set_defaults(func=_cmd_worker)
 
@@ -283,14 +318,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", help="jobs by state per session")
     st.add_argument("--db", help=db_help)
-    st.add_argument("--session", type=int, action="append")
+    st.add_argument("--session", type=cli_args.positive_int, action="append")
     st.set_defaults(func=_cmd_status)
 
     wi = sub.add_parser("winners", help="export or import the fastest perf-config per config as TSV")
     wi.add_argument("action", choices=["export", "import"])
     wi.add_argument("file")
     wi.add_argument("--db", help=db_help)
-    wi.add_argument("--session", type=int)
+    wi.add_argument("--session", type=cli_args.positive_int)
     wi.set_defaults(func=_cmd_winners)
 
     from .autotune.cli import add_cache_parser

@@ -95,6 +95,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
             raise RunError(f"simulated-device spec {sim_spec or '(built-in)'} is not usable: {exc}") from None
     else:
         echo(f"calib run: calibrating GPU {device} on the cupy backend ({why}).")
+        require("cupy", "calib run --backend cupy")  # here, not once per notebook after all of them started
 
     if profile_path is not None:
         _refuse_profile_target(Path(profile_path))

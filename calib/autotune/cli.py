@@ -14,6 +14,8 @@ from ..errors import CalibError
 
 
 def add_cache_parser(sub):
+    from ..cli_args import non_negative_float  # nan, inf or -1 days: argparse's one-line error, exit 2
+
     c = sub.add_parser("cache", help="the autotune cache: list, show, export, import, verify, prune")
     c.add_argument("action", choices=["list", "show", "export", "import", "verify", "prune"])
     c.add_argument("target", nargs="?", help="show: a descriptor key (or its prefix); export/import: a .jsonl file")
@@ -25,7 +27,7 @@ def add_cache_parser(sub):
                    help="list/export/import/prune every device's entries, not this device's alone")
     c.add_argument("--stale", action="store_true", help="prune: entries whose soft fields differ from this machine's")
     c.add_argument("--corrupt", action="store_true", help="prune: entries that cannot be read")
-    c.add_argument("--older-than-days", type=float, help="prune: entries not updated for this many days")
+    c.add_argument("--older-than-days", type=non_negative_float, help="prune: entries not updated for this many days")
     c.add_argument("--dry-run", action="store_true", help="prune: say what would go, delete nothing")
     c.add_argument("--json", action="store_true", help="list/show: JSON output")
     c.set_defaults(func=run_cache)
@@ -51,6 +53,8 @@ def current_device(backend: str = "auto", sim_spec=None) -> tuple[dict, dict]:
 
 
 def run_cache(args) -> int:
+    import sqlite3
+
     from ..store import StoreError
     from .storage import AutotuneDB
 
@@ -63,6 +67,10 @@ def run_cache(args) -> int:
         return 2
     except OSError as exc:
         print(f"calib cache: error: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as exc:  # the reads go through sqlite3 itself, not SQLAlchemy
+        where = args.db or "the autotune database"
+        print(f"calib cache: error: {where} cannot be read as an SQLite database ({exc})", file=sys.stderr)
         return 2
 
 

@@ -24,6 +24,7 @@ also slowed by a factor ``1 + outlier_scale * Exp(1)`` (a context switch, a neig
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -48,43 +49,117 @@ class SimSpecError(CalibError, ValueError):
 
 
 def load_spec(spec: str | Path | dict | None) -> dict:
-    """Read a spec (path, dict or None for the defaults) and fill in every default."""
+    """Read a spec (path, dict or None for the defaults), check it and fill in every default.
+
+    Every key is checked: a misspelt parameter name used to be ignored in silence (the device then
+    kept its default, and the calibration "recovered" a value nobody planted), and ``true`` passed
+    for a bandwidth of 1 GB/s. An unknown key is refused with the nearest known one."""
     source = "built-in H200-like defaults"
     if spec is None:
         raw = {}
     elif isinstance(spec, dict):
         raw, source = spec, "given as a dict"
     else:
-        path = Path(spec)
-        try:
-            raw = json.loads(path.read_text())
-        except OSError as exc:
-            raise SimSpecError(f"cannot read simulated-device spec {path}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise SimSpecError(f"simulated-device spec {path} is not valid JSON: {exc}") from None
-        source = str(path)
+        raw, source = _read_spec_file(Path(spec)), str(spec)
     if not isinstance(raw, dict):
-        raise SimSpecError("a simulated-device spec must be a JSON object")
-    unknown = set(raw) - {"name", "device", "params", "noise", "pace_s"}
-    if unknown:
-        raise SimSpecError(f"unknown keys in simulated-device spec: {sorted(unknown)}")
-    params = dict(raw.get("params") or {})
+        raise SimSpecError(f"a simulated-device spec must be a JSON object, not {type(raw).__name__}")
+    _known_keys("simulated-device spec", raw, ("name", "device", "params", "noise", "pace_s"))
+    if not isinstance(raw.get("name", ""), str):
+        raise SimSpecError(f"spec 'name' must be a string, got {raw['name']!r}")
+    params = _section(raw, "params")
+    _known_keys("spec 'params'", params, _parameter_names())
     for name, value in params.items():
-        if not isinstance(value, (int, float)) or not np.isfinite(value) or value <= 0:
-            raise SimSpecError(f"spec parameter {name!r} must be a positive number, got {value!r}")
+        _number(f"spec parameter {name!r}", value, positive=True)
     truth = {}
-    for module in calibrations.all_calibrations():  # each calibration's model and H200-like defaults
-        truth.update(module.default_truth(params))
-    noise = {**DEFAULT_NOISE, **(raw.get("noise") or {})}
+    try:
+        for module in calibrations.all_calibrations():  # each calibration's model and H200-like defaults
+            truth.update(module.default_truth(params))
+    except ValueError as exc:  # the models' own consistency checks
+        raise SimSpecError(f"spec 'params': {exc}") from None
+    device = _section(raw, "device")
+    _known_keys("spec 'device'", device, tuple(DEFAULT_DEVICE) + _DEVICE_PROPERTIES)
+    for key, value in device.items():
+        _number(f"spec device.{key}", value, positive=True, integer=key.endswith(("_bytes", "_count", "_bits", "_sm")))
+    noise = _section(raw, "noise")
+    _known_keys("spec 'noise'", noise, tuple(DEFAULT_NOISE))
+    noise = {**DEFAULT_NOISE, **noise}
+    for key in ("rel_sd", "outlier_rate", "outlier_scale"):
+        _number(f"spec noise.{key}", noise[key])
+    _number("spec noise.seed", noise["seed"], integer=True)
     if not 0 <= noise["outlier_rate"] < 0.5:
         raise SimSpecError(f"noise.outlier_rate must be in [0, 0.5), got {noise['outlier_rate']}")
-    if noise["rel_sd"] < 0:
-        raise SimSpecError("noise.rel_sd must not be negative")
     pace_s = raw.get("pace_s", 0.0)
-    if not isinstance(pace_s, (int, float)) or pace_s < 0:
-        raise SimSpecError(f"pace_s must be a non-negative number of seconds, got {pace_s!r}")
-    return {"name": raw.get("name", "H200-like"), "device": {**DEFAULT_DEVICE, **(raw.get("device") or {})},
+    _number("spec pace_s (seconds)", pace_s)
+    return {"name": raw.get("name", "H200-like"), "device": {**DEFAULT_DEVICE, **device},
             "params": truth, "noise": noise, "pace_s": float(pace_s), "source": source}
+
+
+# A spec is a few hundred bytes; a FIFO or /dev/zero given as one must not hang or fill memory.
+_MAX_SPEC_BYTES = 1 << 20
+
+
+def _read_spec_file(path: Path):
+    import stat as _stat
+
+    try:
+        mode = path.stat().st_mode
+        if not _stat.S_ISREG(mode):
+            raise SimSpecError(f"simulated-device spec {path} is not a regular file")
+        with open(path, "rb") as f:
+            data = f.read(_MAX_SPEC_BYTES + 1)
+    except OSError as exc:
+        raise SimSpecError(f"cannot read simulated-device spec {path}: {exc.strerror or exc}") from None
+    if len(data) > _MAX_SPEC_BYTES:
+        raise SimSpecError(f"simulated-device spec {path} is over {_MAX_SPEC_BYTES} bytes: not a spec")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise SimSpecError(f"simulated-device spec {path} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+                           ) from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise SimSpecError(f"simulated-device spec {path} is not valid JSON: {exc}") from None
+
+
+def _section(raw: dict, key: str) -> dict:
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SimSpecError(f"spec {key!r} must be an object, not {type(value).__name__}")
+    return dict(value)
+
+
+def _parameter_names() -> tuple[str, ...]:
+    names = []
+    for module in calibrations.all_calibrations():
+        names += module.default_truth({})
+    return tuple(names)
+
+
+def _known_keys(where: str, given: dict, known):
+    import difflib
+
+    for key in given:
+        if key not in known:
+            near = difflib.get_close_matches(str(key), [str(k) for k in known], n=1, cutoff=0.6)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known: {', '.join(sorted(map(str, known)))[:300]}"
+            raise SimSpecError(f"unknown keys in {where}: {key!r}{hint}")
+
+
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return False
+
+
+def _number(where: str, value, *, positive: bool = False, integer: bool = False):
+    """A finite number (never a boolean: ``true`` is not 1 GB/s), >= 0, or > 0 with ``positive``."""
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not _finite(value):
+        raise SimSpecError(f"{where} must be a {'whole ' if integer else ''}number, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise SimSpecError(f"{where} must be a {'positive' if positive else 'non-negative'} number, got {value!r}")
 
 
 class SimBackend(Backend):
