@@ -149,12 +149,14 @@ def large_k_regime(g):
     rate = flops(g) / g["time_us"].to_numpy(dtype=float) * 1e-6  # TFLOP/s achieved
     diag, flags = {"regime_boundary_k": None}, []
     start = -np.inf
-    idx = np.flatnonzero(settled)
+    # Regime changes are looked for among the settled points, or among all where too few settled
+    # (a slow GPU whose every point ran out of the budget).
+    idx = np.flatnonzero(settled) if settled.sum() >= MIN_SETTLED else np.arange(len(k))
     for a, b in zip(idx[:-1], idx[1:]):
         if rate[b] > (1 + REGIME_JUMP) * rate[a]:
             start = k[a + 1]  # the regime starts after the last settled point below the change
             diag["regime_boundary_k"] = [float(k[a]), float(start)]
-            below = settled & (k <= k[a])
+            below = np.isin(np.arange(len(k)), idx) & (k <= k[a])
             diag["small_k_tflops"] = float(np.median(rate[below]))
     regime = (k >= start) & (k >= FIT_K_MIN)
     use = regime & settled
