@@ -75,7 +75,7 @@ def load_spec(spec: str | Path | dict | None) -> dict:
         for module in calibrations.all_calibrations():  # each calibration's model and H200-like defaults
             truth.update(module.default_truth(params))
     except ValueError as exc:  # the models' own consistency checks
-        raise SimSpecError(f"spec 'params': {exc}") from None
+        raise SimSpecError(str(exc)) from None
     device = _section(raw, "device")
     _known_keys("spec 'device'", device, tuple(DEFAULT_DEVICE) + _DEVICE_PROPERTIES)
     for key, value in device.items():
