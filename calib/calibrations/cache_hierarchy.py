@@ -236,16 +236,19 @@ def _records(h: HingeFit, source, robust) -> dict:
 
 
 def figures(frame, result, *, title) -> dict:
-    figs = {ID: plot(frame, result.models, title=title)}
+    figs = {ID: plot(frame, result.models, title=title, records=result.records)}
     line = result.models.get(READ_BW)
     if line is not None:
+        figs["line-memory_l2_read_bandwidth_gbps"] = line.plot_line(
+            title=title(READ_BW), x_label="GB read", x_scale=1e9, record=result.records.get(READ_BW))
         figs["residuals-memory_l2_read_bandwidth_gbps"] = line.plot_residuals(
             title=title(READ_BW), x_label="GB read", x_scale=1e9)
     return figs
 
 
-def plot(frame, fits: dict, *, title):
-    """Achieved bandwidth against working set, the fitted hinge and the ramp's ends."""
+def plot(frame, fits: dict, *, title, records: dict | None = None):
+    """Achieved bandwidth against working set, the fitted hinge, and the ramp's ends with their
+    estimates and 95% CIs (shaded) where the records give them."""
     import matplotlib.pyplot as plt
 
     from ..plotting import detach
@@ -257,8 +260,14 @@ def plot(frame, fits: dict, *, title):
     mib = h.w / 2**20
     a0.plot(mib, h.bytes / h.t_us * 1e-3, "o", ms=4, label="measured")
     a0.plot(mib, h.bytes / h.fitted_us * 1e-3, "-", lw=1, label="hinge fit")
-    for i, style in ((3, "--"), (4, ":")):
-        a0.axvline(2 ** h.params[i] / 2**20, color="k", ls=style, lw=0.8)
+    for i, name, what, style in ((3, CAPACITY, "ramp starts", "--"), (4, RAMP_END, "ramp ends", ":")):
+        rec = (records or {}).get(name)
+        label = None
+        if rec and rec.get("ci95"):
+            lo, hi = rec["ci95"]
+            a0.axvspan(lo / 2**20, hi / 2**20, color="0.88", zorder=0)
+            label = f"{what}: {rec['value'] / 2**20:.4g} MiB (95% CI {lo / 2**20:.4g} to {hi / 2**20:.4g})"
+        a0.axvline(2 ** h.params[i] / 2**20, color="k", ls=style, lw=0.8, label=label)
     a0.set(xscale="log", xlabel="working set (MiB)", ylabel="achieved GB/s",
            title=title("achieved bandwidth against working set"))
     a0.legend(fontsize=8)
