@@ -45,6 +45,7 @@ def main(argv=None) -> int:
     from calib.backends.cupy_backend import CupyBackend
     from calib.calibrations import matmul_throughput as matmul, memory_bandwidth as dram
     from calib.fit import fit_linear_time
+    from calib.phases import format_table as format_phase_table
     from calib.runner import run
 
     t0 = time.perf_counter()
@@ -105,9 +106,10 @@ def main(argv=None) -> int:
              f"fixed cost {memcpy_fit.intercept_us:.2f} us, flags: {memcpy['flags'] or 'none'}", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
-    nb_wall = json.loads((out / "run" / "run.json").read_text()).get("notebook_wall_s", {})
-    lines += ["", "Wall time per notebook (s, kernel start included): "
-              + ", ".join(f"{nb} {s:.1f}" for nb, s in nb_wall.items())]
+    index = json.loads((out / "run" / "run.json").read_text())
+    lines += ["", "Where the time went, per notebook (s, from its process's launch; `other` is its wall time "
+              "less its phases: cells between them, kernel shutdown, the executed notebook written):", "",
+              format_phase_table(index.get("notebooks"), index.get("critical_path"), markdown=True)]
     lines += ["", "Bandwidths (unqualified) with a CI wider than ±0.5% (target: none): " + (", ".join(wide) or "none")]
     if result.failed:
         lines += ["", "Notebooks that failed: " + "; ".join(f"{nb}: {why}" for nb, why in result.failed)]

@@ -10,10 +10,15 @@ Importing calib loads no GPU library and no scientific stack: the profile is pla
 
 from __future__ import annotations
 
+import time as _time
+
 from ._version import __version__
 from .errors import CalibError
 from .profile import (CalibWarning, MissingParameterError, Parameter, ParameterWarning, Profile, ProfileError,
                       ProfileWarning, load_profile, merge_into, read_profile, write_profile)
+
+# When calib was first imported in this process: a notebook's setup phase starts here (calib.phases).
+_IMPORTED_AT = _time.time()
 
 __all__ = ["__version__", "query", "record", "default_profile", "reset", "load_profile", "read_profile",
            "write_profile", "merge_into", "Profile", "Parameter", "CalibError", "ProfileError",

@@ -19,6 +19,7 @@ from pathlib import Path
 from . import calibrations
 from .backends import get_backend, resolve_backend_name
 from .gpulock import GpuLock
+from .phases import PhaseRecorder, check_fragment_fields
 from .profile import ProfileError, Parameter, _write_atomic
 from .timestamps import utc_now
 from .store import Store, default_url
@@ -68,6 +69,10 @@ class Calibration:
         self.session_id = self.store.open_session(self.label, self.device, self.software, reason=reason, ticket=ticket)
         self._gpu_lock = None if self.simulated else GpuLock(device)
         self._turn_taken = False
+        # where this notebook's time goes (calib.phases): from the launch, through this setup, onwards
+        import calib
+
+        self.phases = PhaseRecorder(imported_at=getattr(calib, "_IMPORTED_AT", None))
 
     @property
     def simulated(self) -> bool:
@@ -84,29 +89,34 @@ class Calibration:
         parameters of its notebook), print what was measured, keep the tidy frame beside the run
         and return it. The GPU is released at the end, so that the next notebook of a run can
         measure while this one fits and plots."""
-        device_fp = self.device
-        configs = self.definition.plan(suite, l2_bytes=self.backend.l2_bytes, memory_bytes=self.backend.memory_bytes,
-                                       sm_count=device_fp.get("sm_count", 132), **options)
-        if self.definition.KIND == "compiled":
-            self.await_turn()  # in calib run, compiling waits while a host-timed notebook measures
-            frame = self.definition.collect(self.backend, configs)
-            frame["simulated"] = self.simulated
-            print(f"{len(frame)} kernels compiled")
-        else:
-            frame, report = self.sweep(configs, desc=self.id, wait_for_workers=wait_for_workers)
-            print(report)
-        self.release_gpu()
-        frame.to_parquet(self.output_dir / f"{self.id}.parquet")
+        with self.phases.phase("measure"):
+            device_fp = self.device
+            configs = self.definition.plan(suite, l2_bytes=self.backend.l2_bytes,
+                                           memory_bytes=self.backend.memory_bytes,
+                                           sm_count=device_fp.get("sm_count", 132), **options)
+            if self.definition.KIND == "compiled":
+                self.await_turn()  # in calib run, compiling waits while a host-timed notebook measures
+                with self.phases.phase("compile"):  # compiling is all a compile-only calibration does
+                    frame = self.definition.collect(self.backend, configs)
+                frame["simulated"] = self.simulated
+                print(f"{len(frame)} kernels compiled")
+            else:
+                frame, report = self.sweep(configs, desc=self.id, wait_for_workers=wait_for_workers)
+                print(report)
+            self.release_gpu()
+            frame.to_parquet(self.output_dir / f"{self.id}.parquet")
         return frame
 
     def fit(self, data, *, robust: bool = False):
         """The calibration's fit, held to its declared parameters (``calib.calibrations.fit``)."""
-        return calibrations.fit(self.id, data, robust=robust)
+        with self.phases.phase("fit"):
+            return calibrations.fit(self.id, data, robust=robust)
 
     def show_figures(self, data, result) -> None:
         """Every figure of the calibration, saved beside the run's data and shown here."""
-        for name, fig in self.definition.figures(data, result, title=self.title).items():
-            self.save_figure(fig, name)
+        with self.phases.phase("plot"):
+            for name, fig in self.definition.figures(data, result, title=self.title).items():
+                self.save_figure(fig, name)
 
     def reading(self, result) -> str:
         """What the notebook prints last: the calibration's own reading, then flags and failures."""
@@ -125,14 +135,17 @@ class Calibration:
             self.await_turn()
             self.release_gpu()  # the workers measure; one of them may be on this GPU
         else:
-            self.backend.prepare(configs)  # compile while another notebook may be measuring
+            with self.phases.phase("compile"):
+                self.backend.prepare(configs)  # compile while another notebook may be measuring
             self.await_turn()
             if self._gpu_lock is not None:
-                self._gpu_lock.acquire()
+                with self.phases.phase("wait"):
+                    self._gpu_lock.acquire()
         progress = self.progress if progress is None else progress
-        report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
-                           gpu_id=None if self.simulated else physical_gpu_id(self.device_index),
-                           wait_for_workers=wait_for_workers)
+        with self.phases.phase("measure"):
+            report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
+                               gpu_id=None if self.simulated else physical_gpu_id(self.device_index),
+                               wait_for_workers=wait_for_workers)
         wanted = {c["calibration"] for c in configs}
         frame = self.store.frame(self.session_id)
         if frame.empty:
@@ -147,6 +160,10 @@ class Calibration:
         if self._turn_taken:
             return
         self._turn_taken = True
+        with self.phases.phase("wait"):
+            self._await_turn()
+
+    def _await_turn(self):
         ready, wait = os.environ.get(TURN_READY_ENV), os.environ.get(TURN_WAIT_ENV)
         if ready:
             Path(ready).touch()
@@ -202,9 +219,10 @@ class Calibration:
         too, so that a merge can say what this calibration could not give."""
         source = f"notebooks/{self.id}.ipynb"
         path = self.output_dir / f"fragment-{self.id}.json"
-        write_fragment(path, result.records, device=self.device, software=self.software, source=source,
-                       session={"db": self.store.url, "id": self.session_id, "label": self.label},
-                       failures=result.failures)
+        with self.phases.phase("write"):  # the fragment's own phases end as it is written
+            write_fragment(path, result.records, device=self.device, software=self.software, source=source,
+                           session={"db": self.store.url, "id": self.session_id, "label": self.label},
+                           failures=result.failures, timings=self.phases)
         print("wrote", path)
         return path
 
@@ -218,7 +236,7 @@ def _signal_measured():
 
 
 def write_fragment(path, records: dict, *, device: dict, software: dict, source: str, session: dict | None = None,
-                   failures: dict | None = None):
+                   failures: dict | None = None, timings: PhaseRecorder | None = None):
     now = utc_now()
     params = {}
     for name, rec in records.items():
@@ -230,6 +248,8 @@ def write_fragment(path, records: dict, *, device: dict, software: dict, source:
            "failures": dict(failures or {})}
     if doc["simulated"]:
         doc["note"] = SIMULATED_BANNER
+    if timings is not None:  # where the notebook's time went, up to this write (calib.phases)
+        doc.update(timings.document())
     _write_atomic(Path(path), doc)
 
 
@@ -237,10 +257,13 @@ def read_fragment(path) -> dict:
     """A fragment document, checked: whatever reads it (``calib merge``, ``calib show``, the
     report, ``calib run``'s merge) can use its fields without guarding each, and a corrupt or
     hand-edited file stops with a ProfileError that names the file and the field."""
+    from .profile import _read_bytes
+
     path = Path(path)
+    data = _read_bytes(path, "fragment")  # a regular file of bounded size: a FIFO named fragment-*.json hung
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON or bad UTF-8
+        doc = json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON or bad UTF-8
         raise ProfileError(f"fragment {path} cannot be read: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != FRAGMENT_SCHEMA:
         raise ProfileError(f"fragment {path} is not a {FRAGMENT_SCHEMA} document")
@@ -255,6 +278,9 @@ def read_fragment(path) -> dict:
     if (sid is not None and (isinstance(sid, bool) or not isinstance(sid, int))) or (db is not None and
                                                                                    not isinstance(db, str)):
         raise ProfileError(f"fragment {path}: the session must have an integer 'id' and a text 'db'")
+    problem = check_fragment_fields(doc)  # fragments written before phases were recorded have none
+    if problem:
+        raise ProfileError(f"fragment {path}: {problem}")
     for name, rec in (doc.get("params") or {}).items():
         try:
             Parameter.from_record(name, rec)

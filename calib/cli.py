@@ -26,6 +26,8 @@ def _cmd_run(args) -> int:
         return 2
     print()
     print(format_table(result.params, simulated=result.simulated))
+    if result.phase_table:
+        print(f"\nwhere the time went (s; wall from launch, kernel start included):\n{result.phase_table}")
     print(f"\nprofile: {result.profile_path}\nrun folder: {result.run_dir}\nwall time: {result.wall_s:.1f} s")
     if result.simulated:
         print("SIMULATED DEVICE: the profile above is a demo of the pipeline, not a measurement of this machine.")

@@ -183,6 +183,30 @@ def _protocol_html(conditions: dict, order: list[str]) -> str:
             "<th>stopping rule</th><th>other settings</th></tr>" + "".join(rows) + "</table>")
 
 
+def _timings_html(index: dict) -> str:
+    """The run's phase table (calib.phases): a row per notebook, a column per phase, seconds;
+    then the critical path. A run from before phases were recorded has wall times only."""
+    from .phases import describe_critical_path, table_rows
+
+    rows = table_rows(index.get("notebooks"))
+    parts = ['<h2 id="timings">Where the time went</h2>']
+    if len(rows) == 1:
+        return parts[0] + "<p>This run's index records no notebooks.</p>"
+    parts.append("<p>Seconds per notebook, from <code>calib run</code> launching its process: <b>start</b> (process, "
+                 "kernel, parameters cell), <b>setup</b> (imports, backend, results store), <b>compile</b>, "
+                 "<b>wait</b> (its turn, the GPU lock), <b>measure</b>, <b>fit</b>, <b>plot</b>, <b>write</b> "
+                 "(the fragment), and <b>other</b>: the wall time less the phases (cells between them, kernel "
+                 "shutdown, the executed notebook written). A notebook without phases was run before they were "
+                 "recorded, or failed.</p>")
+    head = "".join(f"<th>{esc(c)}</th>" for c in rows[0])
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows[1:])
+    parts.append(f'<table class="kv" id="phase-table"><tr>{head}</tr>{body}</table>')
+    text = describe_critical_path(index.get("critical_path"))
+    if text:
+        parts.append(f'<p class="meta" id="critical-path">{esc(text)}</p>')
+    return "".join(parts)
+
+
 def _section(run: runfolder.RunFolder, cal: str, profile, simulated: bool) -> tuple[str, list[str]]:
     """One calibration's section, and the figures' ids."""
     from . import calibrations
@@ -275,7 +299,8 @@ def build_report(run_dir) -> str:
     if failed:
         meta.append(f'<span class="failed">{len(failed)} notebook(s) failed</span>')
     parts.append(f'<p class="meta">{" · ".join(meta)}</p>')
-    toc = ['<a href="#parameters">parameters</a>'] + [f'<a href="#cal-{esc(slug(c))}">{esc(c)}</a>' for c in cals]
+    toc = ['<a href="#parameters">parameters</a>', '<a href="#timings">where the time went</a>']
+    toc += [f'<a href="#cal-{esc(slug(c))}">{esc(c)}</a>' for c in cals]
     toc += ['<a href="#fingerprint">fingerprint</a>', '<a href="#conditions">clocks and throttling</a>',
             '<a href="#protocol-section">timing protocol</a>']
     parts.append(f'<nav class="toc">{" ".join(toc)}</nav>')
@@ -289,6 +314,7 @@ def build_report(run_dir) -> str:
                             row_id=lambda n: f"row-{slug(n)}"))
     for nb, why in failed:
         parts.append(f'<p class="failed">FAILED {esc(nb)}: {esc(why)}</p>')
+    parts.append(_timings_html(index))
 
     for cal in cals:
         html, _ids = _section(run, cal, profile, simulated)

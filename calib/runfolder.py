@@ -6,7 +6,8 @@
       report.html          the run for people: parameters, fits, residuals, fingerprint, protocol
       profile.json         this run's profile: the merged fragments of this run (not the shared profile)
       run.json             the index: notebooks (folder, executed notebook, fragment, figures, wall
-                           time, status) and every parameter with its value, CI, unit, n and flags
+                           time, its phases in ``timings_s`` (calib.phases), status), the run's critical
+                           path, and every parameter with its value, CI, unit, n and flags
       results.sqlite       every sample of every sweep point (the run's sessions; resumed with --run-dir)
       <calibration>/       one folder per calibration of the suite, named by its id:
         <calibration>.ipynb       the executed notebook, with its outputs
@@ -96,6 +97,10 @@ def write_index(run_dir: Path, summary: dict, fragments: dict, *, device: dict, 
                                       "created": utc_now(), "params": params})
     (run_dir / f"{PROFILE}.lock").unlink(missing_ok=True)  # the snapshot's own lock: nobody else writes it
     failed = dict(summary.get("failed") or [])
+    # each notebook's phases (calib.phases): this run's, or, for a notebook it did not run, the earlier index's
+    summary = dict(summary)
+    timing = summary.pop("notebook_timing", None) or {}
+    ran = summary.get("notebook_wall_s") or {}
     notebooks = []
     for nb in summary.get("notebooks", []):
         folder = calibration_dir(run_dir, nb)
@@ -107,7 +112,9 @@ def write_index(run_dir: Path, summary: dict, fragments: dict, *, device: dict, 
             "wall_s": (summary.get("notebook_wall_s") or {}).get(nb, (previous.get(nb) or {}).get("wall_s")),
             "status": "failed" if nb in failed else (previous.get(nb) or {}).get("status", "ok"),
             "error": failed.get(nb, (previous.get(nb) or {}).get("error") if nb not in fragments else None),
-            "parameters": sorted(frag.get("params") or {}), "not_fitted": dict(frag.get("failures") or {})})
+            "parameters": sorted(frag.get("params") or {}), "not_fitted": dict(frag.get("failures") or {}),
+            **{k: (timing.get(nb) or {}).get(k) if nb in ran else (previous.get(nb) or {}).get(k)
+               for k in ("timings_s", "started_s", "finished_s")}})
     index = {**summary, "layout": 2, "report": REPORT, "run_profile": PROFILE, "notebooks": notebooks,
              "parameters": {name: {k: rec.get(k) for k in ("value", "ci95", "unit", "n", "flags")}
                             for name, rec in sorted(params.items())}}

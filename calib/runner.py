@@ -19,6 +19,7 @@ from pathlib import Path
 from . import calibrations
 from . import fingerprint as fp
 from . import lifeline
+from . import phases as _phases
 from .errors import CalibError
 from .backends import get_backend, resolve_backend_name
 from .calibration import (MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, TURN_READY_ENV, TURN_WAIT_ENV,
@@ -71,6 +72,8 @@ class RunResult:
     simulated: bool = False
     failed: list[tuple[str, str]] = field(default_factory=list)
     wall_s: float = 0.0
+    # where the time went: a row per notebook of this run, a column per phase, then the critical path
+    phase_table: str = ""
 
 
 def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "quick", profile_path=None,
@@ -80,7 +83,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     from ._optional import require
 
     require("papermill", "calib run")
-    t_start = time.perf_counter()
+    t_start, run_started_at = time.perf_counter(), time.time()
     if suite not in SUITES:
         raise RunError(f"unknown suite {suite!r}: choose one of {', '.join(SUITES)}")
     name, why = resolve_backend_name(backend, device)
@@ -175,13 +178,20 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
         raise RunError(f"{exc}. Nothing is lost: the measurements and fragments are kept in {run_dir}; "
                        f"write them to another profile with `{again}`, which measures nothing again") from None
     _link_sessions(fragments, target, run_dir)
+    # each notebook's phases (its fragment, if this run wrote it) against its wall time from the launch
+    timing = {nb: _phases.notebook_timing(by_calibration.get(nb), notebook_wall_s.get(nb),
+                                          run_started_at=run_started_at) for nb in names}
+    timing = {nb: t for nb, t in timing.items() if t}
     summary = {"profile": str(target), "notebooks": names, "failed": failed,
                "simulated": bool(device_fp.get("simulated")),
                "wall_s": time.perf_counter() - t_start, "notebook_wall_s": notebook_wall_s,
-               "finished": utc_now()}
+               "finished": utc_now(), "critical_path": _phases.critical_path(timing),
+               "notebook_timing": {nb: {k: v for k, v in t.items() if k != "spans"} for nb, t in timing.items()}}
     if summary["simulated"]:
         summary["note"] = SIMULATED_BANNER
-    runfolder.write_index(run_dir, summary, by_calibration, device=device_fp, software=software_fp)
+    index = runfolder.write_index(run_dir, summary, by_calibration, device=device_fp, software=software_fp)
+    this_run = [nb for nb in index["notebooks"] if nb["calibration"] in names]
+    phase_table = _phases.format_table(this_run, index.get("critical_path"))
     try:  # the report is for people: a failure to write it is a warning, never a lost run
         from .html_report import write_report
 
@@ -189,7 +199,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     except Exception as exc:  # noqa: BLE001
         echo(f"warning: could not write {run_dir / runfolder.REPORT}: {type(exc).__name__}: {exc}")
     return RunResult(run_dir=run_dir, profile_path=target, params=params, simulated=summary["simulated"],
-                     failed=failed, wall_s=summary["wall_s"])
+                     failed=failed, wall_s=summary["wall_s"], phase_table=phase_table)
 
 
 def _refuse_profile_target(path: Path):
@@ -342,6 +352,7 @@ def _execute_in_process(task, signal_dir: Path | None, turn_env: dict | None = N
         env.update({MEASURED_SIGNAL_DIR_ENV: str(signal_dir), NOTEBOOK_ENV: nb})
     env.update(turn_env or {})
     t0 = time.perf_counter()
+    env[_phases.LAUNCHED_AT_ENV] = repr(time.time())  # the notebook's start phase counts from here
     # in a process group of its own, which dies with calib run and which a signal to calib run ends
     proc = lifeline.run_child([sys.executable, "-m", "calib.runner", "--one", json.dumps(task)], env=env)
     for line in reversed(proc.stdout.splitlines()):
@@ -351,11 +362,27 @@ def _execute_in_process(task, signal_dir: Path | None, turn_env: dict | None = N
     return nb, f"its process exited with status {proc.returncode}: {tail}", time.perf_counter() - t0
 
 
-def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, progress_bar):
-    """One notebook through papermill in a real kernel; an error comes back as text."""
+def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, progress_bar,
+                 launched_at: float | None = None):
+    """One notebook through papermill in a real kernel; an error comes back as text. The wall
+    time counts from ``launched_at`` (when ``calib run`` started this notebook's process; default:
+    now), which its kernel learns from the environment (calib.phases)."""
     import papermill
 
-    t0 = time.perf_counter()
+    launched_at = launched_at or time.time()
+    before = os.environ.get(_phases.LAUNCHED_AT_ENV)
+    os.environ[_phases.LAUNCHED_AT_ENV] = repr(launched_at)  # the kernel inherits it
+    try:
+        error = _execute_attempts(papermill, nb, source, output, parameters, cwd, progress_bar)
+    finally:
+        if before is None:
+            os.environ.pop(_phases.LAUNCHED_AT_ENV, None)
+        else:
+            os.environ[_phases.LAUNCHED_AT_ENV] = before
+    return nb, error, max(0.0, time.time() - launched_at)
+
+
+def _execute_attempts(papermill, nb, source, output, parameters, cwd, progress_bar):
     error = None
     for attempt in (1, 2):
         try:
@@ -373,7 +400,7 @@ def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, 
             error = f"{type(exc).__name__}: {exc}"
             if attempt == 1:
                 print(f"calib run: {nb}: {error}; starting it again", file=sys.stderr)
-    return nb, error, time.perf_counter() - t0
+    return error
 
 
 def _link_sessions(fragments, profile_path: Path, run_dir: Path):
@@ -396,4 +423,5 @@ if __name__ == "__main__":  # python -m calib.runner --one TASK_JSON: what _exec
     if len(sys.argv) != 3 or sys.argv[1] != "--one":
         sys.exit("usage: python -m calib.runner --one TASK_JSON (started by calib run)")
     lifeline.die_with_parent(on_death=lambda: lifeline.end_tree(grace_s=2.0))  # its kernel ends with it
-    print(ONE_RESULT_PREFIX + json.dumps(_execute_one(*json.loads(sys.argv[2]))), flush=True)
+    print(ONE_RESULT_PREFIX + json.dumps(_execute_one(*json.loads(sys.argv[2]),
+                                                      launched_at=_phases.launched_at_from_env())), flush=True)
