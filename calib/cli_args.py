@@ -48,6 +48,35 @@ finite_float = _at_least(float, -math.inf)
 heartbeat_s = _at_least(float, MIN_HEARTBEAT_S, what=" s")
 
 
+def float_at_least(low: float, *, what: str = ""):
+    """A finite number at least ``low``."""
+    return _at_least(float, low, what=what)
+
+
+def at_most(check, high, *, what: str = ""):
+    """``check`` (one of the above), and at most ``high``: a count that would take days, or the
+    memory to draw it, is a typo."""
+    def bounded(text: str):
+        value = check(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be at most {high:g}{what}")
+        return value
+
+    bounded.__name__ = check.__name__
+    return bounded
+
+
+def open_fraction(text: str) -> float:
+    """A probability strictly between 0 and 1 (a significance level)."""
+    value = _number(text, float)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must lie between 0 and 1 (0.05 is 5%)")
+    return value
+
+
+open_fraction.__name__ = "float"
+
+
 def jobs(text: str):
     """``auto`` or a whole number of notebooks in flight, at least 1."""
     return text if text == "auto" else positive_int(text)

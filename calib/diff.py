@@ -278,12 +278,15 @@ def format_diff(doc: dict) -> str:
 
 
 def add_diff_parser(sub):
+    from . import cli_args
+
     d = sub.add_parser("diff", help="two profiles side by side: what changed, significantly and materially")
     d.add_argument("a", metavar="A", help="the reference profile (a .json file)")
     d.add_argument("b", metavar="B", help="the profile compared with it")
-    d.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+    d.add_argument("--threshold", type=cli_args.non_negative_float, default=DEFAULT_THRESHOLD,
                    help="relative change that is material, as a fraction (default 0.05: B/A beyond 1.05 or 1/1.05)")
-    d.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="significance level (default 0.05)")
+    d.add_argument("--alpha", type=cli_args.open_fraction, default=DEFAULT_ALPHA,
+                   help="significance level (default 0.05)")
     d.add_argument("--fail-on", choices=["significant", "material"],
                    help="exit 1 if any parameter is significant (or significant and material)")
     d.add_argument("--json", action="store_true")

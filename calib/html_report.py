@@ -342,7 +342,11 @@ def write_report(run_dir, output=None) -> Path:
 
     run_dir = Path(run_dir)
     target = Path(output) if output else run_dir / runfolder.REPORT
+    if target.is_dir():  # refused before the report is built (it left a temporary file beside the folder)
+        raise ReportError(f"cannot write the report to {target}: it is a folder; give a file, e.g. "
+                          f"{target / runfolder.REPORT}")
     text = build_report(run_dir)
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -350,5 +354,7 @@ def write_report(run_dir, output=None) -> Path:
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
     except OSError as exc:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)  # a full disk, a target that became a folder: no half-written file left
         raise ReportError(f"cannot write the report to {target}: {exc.strerror or exc}") from None
     return target

@@ -629,8 +629,9 @@ def _file_type(mode: int) -> str:
     return "not a regular file"
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most MAX_PROFILE_BYTES.
+def _read_bytes(path: Path, what: str = "profile") -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most MAX_PROFILE_BYTES; ``what`` names it
+    in the messages (a profile, a fragment, a problems file: each is read this way).
 
     The file is opened with O_NONBLOCK and its type taken from the opened descriptor (fstat),
     not from a stat of the path before opening: opening a FIFO for reading blocks until a writer
@@ -643,19 +644,19 @@ def _read_bytes(path: Path) -> bytes:
     try:
         fd = os.open(path, flags)
     except (FileNotFoundError, NotADirectoryError):
-        raise _NotThere(f"profile {path} does not exist") from None
+        raise _NotThere(f"{what} {path} does not exist") from None
     except OSError as exc:
-        raise ProfileError(f"cannot read profile {path}: {exc.strerror or exc}") from None
+        raise ProfileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     except ValueError as exc:  # a NUL byte in the path
-        raise ProfileError(f"cannot read profile {path!r}: {exc}") from None
+        raise ProfileError(f"cannot read {what} {path!r}: {exc}") from None
     try:
         st = os.fstat(fd)
         if not _stat.S_ISREG(st.st_mode):
-            raise ProfileError(f"profile {path} is {_file_type(st.st_mode)}, not a file: give the path of a "
-                               "profile's .json file")
+            raise ProfileError(f"{what} {path} is {_file_type(st.st_mode)}, not a file: give the path of a "
+                               "regular file")
         if st.st_size > MAX_PROFILE_BYTES:
-            raise ProfileError(f"profile {path} is {st.st_size} bytes, more than the {MAX_PROFILE_BYTES} a "
-                               "profile may have")
+            raise ProfileError(f"{what} {path} is {st.st_size} bytes, more than the {MAX_PROFILE_BYTES} a "
+                               f"{what} may have")
         chunks, size = [], 0
         while size <= MAX_PROFILE_BYTES:
             chunk = os.read(fd, min(1 << 20, MAX_PROFILE_BYTES + 1 - size))
@@ -664,10 +665,10 @@ def _read_bytes(path: Path) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
         if size > MAX_PROFILE_BYTES:
-            raise ProfileError(f"profile {path} holds more than the {MAX_PROFILE_BYTES} bytes a profile may have")
+            raise ProfileError(f"{what} {path} holds more than the {MAX_PROFILE_BYTES} bytes a {what} may have")
         return b"".join(chunks)
     except OSError as exc:
-        raise ProfileError(f"cannot read profile {path}: {exc.strerror or exc}") from None
+        raise ProfileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
 

@@ -96,9 +96,7 @@ def merge_fragments(paths, profile_path=None):
 
     docs = []
     for p in _expand(paths):
-        if not p.is_file():
-            raise MergeError(f"fragment {p} does not exist")
-        try:
+        try:  # read_fragment says what is wrong: missing, a FIFO or device, too big, not a fragment
             docs.append((p, read_fragment(p)))
         except ProfileError as exc:
             raise MergeError(str(exc)) from None

@@ -496,28 +496,53 @@ def format_report(r: VerifyReport) -> str:
 
 
 def add_verify_parser(sub):
+    from . import cli_args
+
     v = sub.add_parser("verify", help="re-measure a few sentinel parameters and report drift from the profile")
     v.add_argument("--profile", metavar="PATH", help="the profile to verify (default: this machine's by the lookup)")
-    v.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="time budget in seconds (default 10)")
-    v.add_argument("--threshold", action="append", metavar="[NAME=]FRACTION",
+    v.add_argument("--budget-s", type=cli_args.positive_float, default=DEFAULT_BUDGET_S,
+                   help="time budget in seconds (default 10)")
+    v.add_argument("--threshold", action="append", metavar="[NAME=]FRACTION", type=threshold_arg,
                    help="relative change that counts as drift (default 0.02); NAME=FRACTION for one sentinel, "
                         "e.g. launch.latency_us=0.3 (repeatable)")
     v.add_argument("--backend", choices=["auto", "cupy", "sim"], default="auto")
     v.add_argument("--sim-spec", metavar="FILE", help="JSON ground truth of the simulated device")
-    v.add_argument("--device", type=int, default=0, help="CUDA device index")
-    v.add_argument("--seed", type=int, help="the simulated device's noise seed")
+    v.add_argument("--device", type=cli_args.non_negative_int, default=0, help="CUDA device index")
+    v.add_argument("--seed", type=cli_args.non_negative_int, help="the simulated device's noise seed")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=run_verify)
 
 
+def threshold_arg(text: str) -> tuple[str, float]:
+    """``--threshold``: ``FRACTION`` (every sentinel) or ``NAME=FRACTION`` (one), as ``(name or "",
+    fraction)``; a fraction is a finite number at least 0. ``=0.1`` names no sentinel and is refused
+    (it read as the default threshold before)."""
+    import argparse
+
+    from . import cli_args
+
+    name, eq, number = text.rpartition("=")
+    if eq and not name.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} names no sentinel: give FRACTION or NAME=FRACTION")
+    try:
+        value = cli_args.non_negative_float(number)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: a fraction or NAME=FRACTION, 0.02 is 2% ({exc})") from None
+    return name, value
+
+
 def _parse_thresholds(values) -> tuple[float, dict]:
+    """The default threshold and the per-sentinel ones, from ``threshold_arg`` pairs or texts."""
+    import argparse
+
     threshold, per = DEFAULT_THRESHOLD, {}
-    for text in values:
-        name, _, number = text.rpartition("=")
-        try:
-            value = float(number)
-        except ValueError:
-            raise VerifyError(f"--threshold takes a fraction or NAME=FRACTION, not {text!r}") from None
+    for item in values:
+        if isinstance(item, str):
+            try:
+                item = threshold_arg(item)
+            except argparse.ArgumentTypeError as exc:
+                raise VerifyError(f"--threshold {exc}") from None
+        name, value = item
         if name:
             per[name] = value
         else:

@@ -54,9 +54,58 @@ def hostile(tmp_path, monkeypatch, fixture_path):
             path.write_text(content)
         elif content is not None:
             path.write_text(json.dumps(content))
-    for name in ("not_json.json", "truncated.json", "future_schema.json", "wrong_type.json", "good_h200.json"):
+    for name in ("not_json.json", "truncated.json", "future_schema.json", "wrong_type.json", "good_h200.json",
+                 "other_device.json"):
         paths[name] = fixture_path(name)
+    _review_paths(tmp_path, paths)
     return paths
+
+
+H200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132, "memory_bytes": 150754820096}
+A100 = {"name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0", "sm_count": 108, "memory_bytes": 85899345920}
+RECORD = {"value": 4460.0, "ci95": [4451.0, 4469.0], "unit": "GB/s", "n": 8}
+
+
+def _fragment(path, **fields):
+    doc = {"schema": "calib.fragment/1", "device": H200, "software": {"cuda_runtime": "13.2"},
+           "params": {"memory.dram.read_bandwidth_gbps": RECORD}, **fields}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _review_paths(tmp, paths):
+    """Run folders, fragments and problems files for calib report / merge / show / heuristics."""
+    def folder(name, **files):
+        d = tmp / name
+        d.mkdir()
+        for fname, content in files.items():
+            (d / fname.replace("_", "-", 1) if fname.startswith("fragment_") else d / fname).write_text(content)
+        return d
+
+    good = folder("run-good")
+    _fragment(good / "fragment-memory_bandwidth.json")
+    paths["run_good"] = good
+    paths["run_bad_index"] = folder("run-bad-index", **{"run.json": "{"})
+    paths["run_index_list"] = folder("run-index-list", **{"run.json": "[1, 2]"})
+    paths["run_bad_fragment"] = folder("run-bad-fragment", **{"fragment_memory_bandwidth.json": "{"})
+    paths["run_bad_snapshot"] = folder("run-bad-snapshot", **{"profile.json": "{", "run.json": "{}"})
+    fifo_run = folder("run-fifo-fragment")
+    os.mkfifo(fifo_run / "fragment-memory_bandwidth.json")
+    paths["run_fifo_fragment"] = fifo_run
+    paths["fragment"] = _fragment(tmp / "fragment-memory_bandwidth.json")
+    paths["fragment_a100"] = _fragment(tmp / "fragment-a100.json", device=A100)
+    paths["fragment_bad_param"] = _fragment(tmp / "fragment-bad-param.json", params={"x.y": {"value": "fast"}})
+    paths["fragment_params_list"] = _fragment(tmp / "fragment-params-list.json", params=[1])
+    problems = {"bad_lines": "{\nnot json\n[1, 2]\n{\"rows\": -5}\n", "empty": "", "comments": "# nothing\n\n",
+                "other_kind": json.dumps({"kind": "matmul_splitk", "m": 64, "n": 64, "k": 64}) + "\n"}
+    for name, text in problems.items():
+        paths[f"problems_{name}"] = tmp / f"problems-{name}.jsonl"
+        paths[f"problems_{name}"].write_text(text)
+    (tmp / "clash.json").mkdir()  # --out clash would write clash.json: a folder
+    paths["a100_profile"] = tmp / "a100.json"  # merge writes a lock beside it: a copy, not the fixture
+    paths["a100_profile"].write_text(paths["other_device.json"].read_text())
+    paths["problems_not_utf8"] = tmp / "problems-not-utf8.jsonl"
+    paths["problems_not_utf8"].write_bytes(b'{"rows": "\xff"}\n')
 
 
 def _db(p):
@@ -191,6 +240,226 @@ CASES = [
     ("cache-sim-spec-misspelt", lambda p: ["cache", "list", *_sim(p, "misspelt_param")], "did you mean"),
     ("cache-db-not-sqlite", lambda p: ["cache", "list", "--db", f"sqlite:///{p['not_sqlite']}", "--backend", "sim"],
      None),
+    # calib diff
+    ("diff-no-args", lambda p: ["diff"], "required"),
+    ("diff-one-arg", lambda p: ["diff", str(p["good_h200.json"])], "required"),
+    ("diff-a-missing", lambda p: ["diff", str(p["tmp"] / "missing.json"), str(p["good_h200.json"])],
+     "does not exist"),
+    ("diff-b-missing", lambda p: ["diff", str(p["good_h200.json"]), str(p["tmp"] / "missing.json")],
+     "does not exist"),
+    ("diff-a-folder", lambda p: ["diff", str(p["dir"]), str(p["good_h200.json"])], "directory"),
+    ("diff-b-fifo", lambda p: ["diff", str(p["good_h200.json"]), str(p["fifo"])], "not a file"),
+    ("diff-dev-zero", lambda p: ["diff", "/dev/zero", str(p["good_h200.json"])], "not a file"),
+    ("diff-a-text-file", lambda p: ["diff", str(p["file"]), str(p["good_h200.json"])], None),
+    ("diff-not-json", lambda p: ["diff", str(p["not_json.json"]), str(p["good_h200.json"])], "not valid JSON"),
+    ("diff-truncated", lambda p: ["diff", str(p["good_h200.json"]), str(p["truncated.json"])], "truncated"),
+    ("diff-future-schema", lambda p: ["diff", str(p["future_schema.json"]), str(p["good_h200.json"])], "newer"),
+    ("diff-a-fragment", lambda p: ["diff", str(p["fragment"]), str(p["good_h200.json"])], None),
+    ("diff-under-a-file", lambda p: ["diff", str(p["file"] / "p.json"), str(p["good_h200.json"])], None),
+    ("diff-threshold-abc", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--threshold",
+                                      "abc"], "number"),
+    ("diff-threshold-negative", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]),
+                                           "--threshold", "-0.1"], "at least 0"),
+    ("diff-threshold-nan", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--threshold",
+                                      "nan"], "finite"),
+    ("diff-threshold-inf", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--threshold",
+                                      "1e400"], "finite"),
+    ("diff-alpha-0", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--alpha", "0"],
+     "between 0 and 1"),
+    ("diff-alpha-1", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--alpha", "1"],
+     "between 0 and 1"),
+    ("diff-alpha-negative", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--alpha",
+                                       "-0.05"], "between 0 and 1"),
+    ("diff-alpha-nan", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--alpha", "nan"],
+     "finite"),
+    ("diff-alpha-abc", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--alpha", "5%"],
+     "number"),
+    ("diff-fail-on-bogus", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--fail-on",
+                                      "bogus"], "invalid choice"),
+    ("diff-unknown-flag", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--html"],
+     "unrecognized"),
+    # calib verify (the simulated device: every bad argument is refused before anything is measured)
+    ("verify-budget-0", lambda p: ["verify", "--backend", "sim", "--budget-s", "0"], "over 0"),
+    ("verify-budget-negative", lambda p: ["verify", "--backend", "sim", "--budget-s", "-5"], "over 0"),
+    ("verify-budget-nan", lambda p: ["verify", "--backend", "sim", "--budget-s", "nan"], "finite"),
+    ("verify-budget-inf", lambda p: ["verify", "--backend", "sim", "--budget-s", "inf"], "finite"),
+    ("verify-budget-huge", lambda p: ["verify", "--backend", "sim", "--budget-s", "1e400"], "finite"),
+    ("verify-budget-abc", lambda p: ["verify", "--backend", "sim", "--budget-s", "ten"], "number"),
+    ("verify-threshold-abc", lambda p: ["verify", "--backend", "sim", "--threshold", "abc"], "--threshold"),
+    ("verify-threshold-name-abc", lambda p: ["verify", "--backend", "sim", "--threshold", "launch.latency_us=abc"],
+     "--threshold"),
+    ("verify-threshold-no-name", lambda p: ["verify", "--backend", "sim", "--threshold", "=0.1"], "--threshold"),
+    ("verify-threshold-no-value", lambda p: ["verify", "--backend", "sim", "--threshold", "launch.latency_us="],
+     "--threshold"),
+    ("verify-threshold-negative", lambda p: ["verify", "--backend", "sim", "--threshold", "-0.02"], "--threshold"),
+    ("verify-threshold-name-negative", lambda p: ["verify", "--backend", "sim", "--threshold",
+                                                  "launch.latency_us=-1"], "--threshold"),
+    ("verify-threshold-nan", lambda p: ["verify", "--backend", "sim", "--threshold", "nan"], "--threshold"),
+    ("verify-threshold-inf", lambda p: ["verify", "--backend", "sim", "--threshold", "launch.latency_us=inf"],
+     "--threshold"),
+    ("verify-threshold-two-equals", lambda p: ["verify", "--backend", "sim", "--threshold", "a=b=0.1"],
+     "no sentinel"),
+    ("verify-threshold-unknown-sentinel", lambda p: ["verify", "--backend", "sim", "--threshold",
+                                                     "launch.latncy_us=0.3"], "no sentinel"),
+    ("verify-backend", lambda p: ["verify", "--backend", "tpu"], "invalid choice"),
+    ("verify-device-negative", lambda p: ["verify", "--backend", "sim", "--device", "-1"], "at least 0"),
+    ("verify-device-abc", lambda p: ["verify", "--backend", "sim", "--device", "gpu0"], "whole number"),
+    ("verify-seed-abc", lambda p: ["verify", "--backend", "sim", "--seed", "x"], "whole number"),
+    ("verify-seed-negative", lambda p: ["verify", "--backend", "sim", "--seed", "-1"], "at least 0"),
+    ("verify-unknown-flag", lambda p: ["verify", "--quick"], "unrecognized"),
+    ("verify-no-profile", lambda p: ["verify", "--backend", "sim"], "no profile"),
+    ("verify-profile-missing", lambda p: ["verify", "--backend", "sim", "--profile", str(p["tmp"] / "m.json")],
+     "does not exist"),
+    ("verify-profile-a-folder", lambda p: ["verify", "--backend", "sim", "--profile", str(p["dir"])], "directory"),
+    ("verify-profile-a-fifo", lambda p: ["verify", "--backend", "sim", "--profile", str(p["fifo"])], "not a file"),
+    ("verify-profile-dev-zero", lambda p: ["verify", "--backend", "sim", "--profile", "/dev/zero"], "not a file"),
+    ("verify-profile-a-text-file", lambda p: ["verify", "--backend", "sim", "--profile", str(p["file"])], None),
+    ("verify-profile-not-json", lambda p: ["verify", "--backend", "sim", "--profile", str(p["not_json.json"])],
+     "not valid JSON"),
+    ("verify-profile-another-device", lambda p: ["verify", "--backend", "sim", "--profile",
+                                                 str(p["other_device.json"])], "another device"),
+    ("verify-cupy-without-cupy", lambda p: ["verify", "--backend", "cupy", "--profile", str(p["good_h200.json"])],
+     "cupy"),
+    *_spec_cases("verify", lambda p: ["verify", "--profile", str(p["good_h200.json"])]),
+    # calib report
+    ("report-no-arg", lambda p: ["report"], "required"),
+    ("report-missing", lambda p: ["report", str(p["tmp"] / "no-such-run")], "not a folder"),
+    ("report-a-file", lambda p: ["report", str(p["file"])], "not a folder"),
+    ("report-a-fifo", lambda p: ["report", str(p["fifo"])], "not a folder"),
+    ("report-not-a-run-folder", lambda p: ["report", str(p["dir"])], "not a calib run folder"),
+    ("report-bad-index", lambda p: ["report", str(p["run_bad_index"])], "cannot be read"),
+    ("report-index-a-list", lambda p: ["report", str(p["run_index_list"])], "JSON object"),
+    ("report-bad-fragment", lambda p: ["report", str(p["run_bad_fragment"])], "cannot be read"),
+    ("report-fifo-fragment", lambda p: ["report", str(p["run_fifo_fragment"])], None),
+    ("report-bad-snapshot", lambda p: ["report", str(p["run_bad_snapshot"])], None),
+    ("report-o-into-a-missing-folder", lambda p: ["report", str(p["run_good"]), "-o", str(p["tmp"] / "no" / "r.html")],
+     "cannot write"),
+    ("report-o-onto-a-folder", lambda p: ["report", str(p["run_good"]), "-o", str(p["dir"])], "is a folder"),
+    ("report-o-under-a-file", lambda p: ["report", str(p["run_good"]), "-o", str(p["file"] / "r.html")],
+     "cannot write"),
+    ("report-unknown-flag", lambda p: ["report", str(p["run_good"]), "--pdf"], "unrecognized"),
+    # calib merge
+    ("merge-no-args", lambda p: ["merge"], "required"),
+    ("merge-missing", lambda p: ["merge", str(p["tmp"] / "fragment-missing.json"), "--profile",
+                                 str(p["tmp"] / "out.json")], "does not exist"),
+    ("merge-a-text-file", lambda p: ["merge", str(p["file"]), "--profile", str(p["tmp"] / "out.json")], None),
+    ("merge-not-json", lambda p: ["merge", str(p["not_json.json"]), "--profile", str(p["tmp"] / "out.json")], None),
+    ("merge-a-profile", lambda p: ["merge", str(p["good_h200.json"]), "--profile", str(p["tmp"] / "out.json")],
+     "not a calib.fragment"),
+    ("merge-a-fifo", lambda p: ["merge", str(p["fifo"]), "--profile", str(p["tmp"] / "out.json")], None),
+    ("merge-dev-zero", lambda p: ["merge", "/dev/zero", "--profile", str(p["tmp"] / "out.json")], None),
+    ("merge-a-folder-without-fragments", lambda p: ["merge", str(p["dir"]), "--profile", str(p["tmp"] / "o.json")],
+     "holds no fragment"),
+    ("merge-run-folder-bad-fragment", lambda p: ["merge", str(p["run_bad_fragment"]), "--profile",
+                                                 str(p["tmp"] / "out.json")], "cannot be read"),
+    ("merge-run-folder-fifo-fragment", lambda p: ["merge", str(p["run_fifo_fragment"]), "--profile",
+                                                  str(p["tmp"] / "out.json")], None),
+    ("merge-bad-param", lambda p: ["merge", str(p["fragment_bad_param"]), "--profile", str(p["tmp"] / "out.json")],
+     None),
+    ("merge-params-a-list", lambda p: ["merge", str(p["fragment_params_list"]), "--profile",
+                                       str(p["tmp"] / "out.json")], "must be an object"),
+    ("merge-two-devices", lambda p: ["merge", str(p["fragment"]), str(p["fragment_a100"]), "--profile",
+                                     str(p["tmp"] / "out.json")], "different devices"),
+    ("merge-profile-a-folder", lambda p: ["merge", str(p["fragment"]), "--profile", str(p["dir"])], "directory"),
+    ("merge-profile-a-fifo", lambda p: ["merge", str(p["fragment"]), "--profile", str(p["fifo"])], None),
+    ("merge-profile-under-a-file", lambda p: ["merge", str(p["fragment"]), "--profile", str(p["file"] / "p.json")],
+     None),
+    ("merge-profile-another-device", lambda p: ["merge", str(p["fragment"]), "--profile", str(p["a100_profile"])],
+     "another device"),
+    ("merge-unknown-flag", lambda p: ["merge", str(p["fragment"]), "--force"], "unrecognized"),
+    # calib show RUN_DIR | FRAGMENT
+    ("show-run-folder-bad-index", lambda p: ["show", str(p["run_bad_index"])], "cannot be read"),
+    ("show-run-folder-index-a-list", lambda p: ["show", str(p["run_index_list"])], "JSON object"),
+    ("show-run-folder-bad-fragment", lambda p: ["show", str(p["run_bad_fragment"])], "cannot be read"),
+    ("show-run-folder-fifo-fragment", lambda p: ["show", str(p["run_fifo_fragment"])], None),
+    ("show-run-folder-bad-snapshot", lambda p: ["show", str(p["run_bad_snapshot"]), "--no-device-check"], None),
+    ("show-run-folder-json-bad-fragment", lambda p: ["show", "--json", str(p["run_bad_fragment"])], None),
+    ("show-fragment-bad-param", lambda p: ["show", str(p["fragment_bad_param"])], None),
+    ("show-fragment-params-a-list", lambda p: ["show", str(p["fragment_params_list"])], "must be an object"),
+    # calib heuristics evaluate (the simulated device; every bad argument is refused before any problem is timed)
+    ("heuristics-no-action", lambda p: ["heuristics"], "required"),
+    ("heuristics-bad-action", lambda p: ["heuristics", "tune"], "invalid choice"),
+    ("heuristics-no-kind", lambda p: ["heuristics", "evaluate", "--backend", "sim"], "required"),
+    ("heuristics-kind-nope", lambda p: ["heuristics", "evaluate", "--kind", "nope"], "invalid choice"),
+    ("heuristics-count-negative", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                             "--count", "-1"], "at least 1"),
+    ("heuristics-count-0", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                      "--count", "0"], "at least 1"),
+    ("heuristics-count-abc", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--count", "ten"],
+     "whole number"),
+    ("heuristics-count-huge", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                         "--count", "10" * 20], "at most"),
+    ("heuristics-seed-abc", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--seed", "x"],
+     "whole number"),
+    ("heuristics-seed-negative", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                            "--seed", "-1"], "at least 0"),
+    ("heuristics-backend", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "rocm"],
+     "invalid choice"),
+    ("heuristics-max-bytes-0", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                          "--max-bytes", "0"], "at least"),
+    ("heuristics-max-bytes-negative", lambda p: ["heuristics", "evaluate", "--kind", "normalization", "--backend",
+                                                 "sim", "--max-bytes=-1e6"], "at least"),
+    ("heuristics-max-bytes-nan", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                            "--max-bytes", "nan"], "finite"),
+    ("heuristics-max-bytes-inf", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                            "--max-bytes", "inf"], "finite"),
+    ("heuristics-max-bytes-tiny", lambda p: ["heuristics", "evaluate", "--kind", "matmul_splitk", "--backend", "sim",
+                                             "--max-bytes", "1"], "at least"),
+    ("heuristics-budget-0", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                       "--budget-s", "0"], "over 0"),
+    ("heuristics-budget-negative", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                              "--budget-s", "-1"], "over 0"),
+    ("heuristics-budget-nan", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                         "--budget-s", "nan"], "finite"),
+    ("heuristics-budget-abc", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--budget-s", "1m"],
+     "number"),
+    ("heuristics-problems-missing", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                               "--problems", str(p["tmp"] / "missing.jsonl")], "does not exist"),
+    ("heuristics-problems-a-folder", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                                "--problems", str(p["dir"])], "directory"),
+    ("heuristics-problems-a-fifo", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                              "--problems", str(p["fifo"])], "not a file"),
+    ("heuristics-problems-dev-zero", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                                "--problems", "/dev/zero"], "not a file"),
+    ("heuristics-problems-bad-lines", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                                 "--problems", str(p["problems_bad_lines"])], "no usable"),
+    ("heuristics-problems-empty", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                             "--problems", str(p["problems_empty"])], "empty"),
+    ("heuristics-problems-comments-only", lambda p: ["heuristics", "evaluate", "--kind", "normalization", "--backend",
+                                                     "sim", "--problems", str(p["problems_comments"])], "empty"),
+    ("heuristics-problems-other-kind", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend",
+                                                  "sim", "--problems", str(p["problems_other_kind"])], "not pointwise"),
+    ("heuristics-problems-not-utf8", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                                "--problems", str(p["problems_not_utf8"])], "UTF-8"),
+    ("heuristics-problems-a-profile", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend",
+                                                 "sim", "--problems", str(p["good_h200.json"])], "no usable"),
+    ("heuristics-profile-missing", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                              "--profile", str(p["tmp"] / "missing.json")], "does not exist"),
+    ("heuristics-profile-a-folder", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                               "--profile", str(p["dir"])], "directory"),
+    ("heuristics-profile-a-fifo", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                             "--profile", str(p["fifo"])], "not a file"),
+    ("heuristics-profile-not-json", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                               "--profile", str(p["not_json.json"])], "not valid JSON"),
+    ("heuristics-db-not-a-url", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                           "--count", "1", "--db", "no-such-dialect://x"], None),
+    ("heuristics-db-not-sqlite", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                            "--count", "1", "--db", f"sqlite:///{p['not_sqlite']}"], None),
+    ("heuristics-db-under-a-file", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                              "--count", "1", "--db", f"sqlite:///{p['file']}/x.sqlite"], None),
+    ("heuristics-out-into-a-missing-folder", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend",
+                                                        "sim", "--out", str(p["tmp"] / "no" / "res")], "--out"),
+    ("heuristics-out-a-folder", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                           "--out", str(p["dir"]) + os.sep], "names a folder"),
+    ("heuristics-out-onto-a-folder", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                                "--out", str(p["tmp"] / "clash")], "is a folder"),
+    ("heuristics-out-under-a-file", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
+                                               "--out", str(p["file"] / "res")], "--out"),
+    ("heuristics-cupy-without-cupy", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend",
+                                                "cupy"], "cupy"),
+    ("heuristics-unknown-flag", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--all"],
+     "unrecognized"),
+    *_spec_cases("heuristics", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--count", "1"]),
 ]
 
 
@@ -223,10 +492,11 @@ def test_a_bad_argument_is_one_line_and_exit_2(hostile, capsys, make_argv, needl
 
 
 def test_there_are_many_cases_and_every_subcommand_has_some():
-    assert len(CASES) >= 60
+    assert len(CASES) >= 290
     commands = {c[0].split("-")[0] for c in CASES}
     parser = cli.build_parser()
-    core = {"run", "show", "query", "catalogue", "worker", "sweep", "status", "winners", "cache"}
+    core = {"run", "show", "query", "catalogue", "worker", "sweep", "status", "winners", "cache", "diff", "verify",
+            "report", "merge", "heuristics"}
     assert core <= commands and core <= set(parser._subparsers._group_actions[0].choices)
 
 

@@ -5,9 +5,19 @@ Hooked into calib's parser by ``add_heuristics_parser(sub)``."""
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
 
+from .. import cli_args
 from .registry import KINDS
+
+# Each problem is an exhaustive search of its candidates: a hundred thousand is days of GPU time,
+# and more is a typo (10**20 would be drawn into memory before anything ran).
+MAX_COUNT = 100_000
+# Below this the matmul generator rejects nearly every draw (under 32 KiB, every one: it looped for
+# ever); no problem so small says anything about a heuristic.
+MIN_MAX_BYTES = 2**20
 
 
 def add_heuristics_parser(sub):
@@ -16,16 +26,18 @@ def add_heuristics_parser(sub):
     e = hs.add_parser("evaluate", help="per problem: time of the heuristic's choice over the exhaustive best")
     e.add_argument("--kind", required=True, choices=KINDS)
     e.add_argument("--problems", metavar="FILE", help="JSON lines of descriptors (default: the seeded generator)")
-    e.add_argument("--count", type=int, default=100, help="problems drawn by the generator (default 100)")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--count", type=cli_args.at_most(cli_args.positive_int, MAX_COUNT), default=100,
+                   help="problems drawn by the generator (default 100)")
+    e.add_argument("--seed", type=cli_args.non_negative_int, default=0)
     e.add_argument("--backend", choices=["auto", "cupy", "sim"], default="auto")
     e.add_argument("--sim-spec", metavar="FILE")
     e.add_argument("--profile", metavar="PATH", help="the profile the heuristics read (default: the lookup order; "
                    "on the simulated device, a simulated calibration of it)")
     e.add_argument("--db", help="tuning database URL for the exhaustive search (default: memory on the simulated "
                    "device, the user's autotune database on a GPU)")
-    e.add_argument("--max-bytes", type=float, help="largest problem the generator draws, in bytes")
-    e.add_argument("--budget-s", type=float, help="start no problem after this many seconds")
+    e.add_argument("--max-bytes", type=cli_args.float_at_least(MIN_MAX_BYTES, what=" bytes"),
+                   help="largest problem the generator draws, in bytes")
+    e.add_argument("--budget-s", type=cli_args.positive_float, help="start no problem after this many seconds")
     e.add_argument("--json", action="store_true", help="the whole result as JSON on stdout")
     e.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
     e.add_argument("--progress", action="store_true", help="progress lines on stderr")
@@ -35,6 +47,14 @@ def add_heuristics_parser(sub):
 def run_heuristics(args) -> int:
     from .evaluate import evaluate, read_problems, to_markdown
 
+    if args.out:
+        _check_out(args.out)  # before the evaluation, not after an hour of it
+    if args.db:
+        from ..autotune.storage import AutotuneDB
+
+        # Opened (and migrated) now: a bad URL, a file that is not SQLite, a path under a file was
+        # each problem's own error later, and the evaluation exited 0 with "0 of N evaluated".
+        _ = AutotuneDB(args.db).store
     problems = None
     if args.problems:
         problems, bad = read_problems(args.kind, args.problems)
@@ -42,19 +62,39 @@ def run_heuristics(args) -> int:
             print(f"calib heuristics: skipped {line}", file=sys.stderr)
     profile = None
     if args.profile:
-        from ..profile import load_profile
+        from ..profile import read_profile
 
-        profile = load_profile(args.profile)
+        profile = read_profile(args.profile)  # a profile named and unreadable is an error, not the defaults
     res = evaluate(args.kind, problems, backend=args.backend, count=args.count, seed=args.seed, db=args.db,
                    profile=profile, sim_spec=args.sim_spec, max_bytes=args.max_bytes, budget_s=args.budget_s,
                    progress=sys.stderr if args.progress else None)
     if args.out:
-        from pathlib import Path
-
-        Path(args.out + ".json").write_text(json.dumps(res, indent=1, allow_nan=False, default=str) + "\n")
-        Path(args.out + ".md").write_text(to_markdown(res))
+        for suffix, text in ((".json", json.dumps(res, indent=1, allow_nan=False, default=str) + "\n"),
+                             (".md", to_markdown(res))):
+            try:
+                Path(args.out + suffix).write_text(text)
+            except OSError as exc:
+                raise cli_args.BadArgument(f"--out: cannot write {args.out + suffix}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(res, indent=1, allow_nan=False, default=str))
     else:
         sys.stdout.write(to_markdown(res))
     return 0
+
+
+def _check_out(prefix: str):
+    """``--out PREFIX``: its folder exists and is writable, PREFIX names a file in it (not the
+    folder itself: ``dir/`` wrote ``dir/.json``), and neither PREFIX.json nor PREFIX.md is a folder."""
+    folder, name = os.path.split(prefix)
+    folder = Path(folder or ".")
+    if not name or name in (".", ".."):
+        raise cli_args.BadArgument(f"--out {prefix} names a folder: give a prefix, e.g. {folder / 'result'}")
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise cli_args.BadArgument(f"--out {prefix}: the folder {folder} {what}")
+    for suffix in (".json", ".md"):
+        target = Path(prefix + suffix)
+        if target.is_dir():
+            raise cli_args.BadArgument(f"--out: {target} is a folder")
+    if not os.access(folder, os.W_OK):
+        raise cli_args.BadArgument(f"--out {prefix}: the folder {folder} is not writable")

@@ -202,17 +202,19 @@ def layers(kind: str) -> list[str]:
 # files a user writes: override files here, problem files for the evaluation
 
 def read_text(path: Path, what: str, error: type) -> str:
-    """The UTF-8 text of ``path``, or ``error`` (a CalibError) saying in one line why not."""
+    """The UTF-8 text of ``path``, or ``error`` (a CalibError) saying in one line why not. Only a
+    regular file of a bounded size is read (as a profile is): a FIFO blocked for ever, /dev/zero
+    read until memory ran out."""
+    from ..profile import ProfileError, _read_bytes
+
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{what} {path} does not exist") from None
-    except IsADirectoryError:
-        raise error(f"{what} {path} is a directory") from None
+        data = _read_bytes(path, what)
+    except ProfileError as exc:  # missing, a directory, a FIFO or device, too big, unreadable
+        raise error(str(exc)) from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
 
 
 def json_lines(text: str, label, problems: list):
