@@ -98,3 +98,12 @@ def test_splitk_evaluation_on_the_sim():
     assert res["evaluated"] == 100
     assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85
     assert h["geomean_efficiency"] >= b["geomean_efficiency"]
+
+
+def test_splitk_problems_below_the_smallest_size_are_refused_not_looped_over():
+    from calib.heuristics import splitk
+    from calib.heuristics.registry import HeuristicError
+
+    with pytest.raises(HeuristicError, match="smallest split-K problem"):
+        splitk.generate(3, max_bytes=1000)
+    assert len(splitk.generate(3, max_bytes=40_000)) == 3  # the smallest problems alone still qualify

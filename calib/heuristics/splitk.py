@@ -102,6 +102,13 @@ def generate(count: int, seed: int = 0, *, max_bytes: float = 2**30, max_flops: 
     256): skinny outputs with long K, where split-K matters, and large squares, where it must not."""
     import random
 
+    from .knobs import ITEMSIZE
+    from .registry import HeuristicError
+
+    # the smallest problem drawn (M = N = 16, K = 256, fp16): a bound below it would never be met
+    smallest_bytes = (16 * 256 + 256 * 16 + 32 * 16 * 16) * min(ITEMSIZE[t] for t in DTYPES)
+    if max_bytes < smallest_bytes:
+        raise HeuristicError(f"max_bytes {max_bytes:g} is below the smallest split-K problem ({smallest_bytes} bytes)")
     rng = random.Random(seed)
     out = []
     while len(out) < count:
