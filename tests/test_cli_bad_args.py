@@ -108,6 +108,11 @@ def _review_paths(tmp, paths):
     paths["problems_not_utf8"].write_bytes(b'{"rows": "\xff"}\n')
 
 
+def _diff_same(p, *extra) -> list:
+    """calib diff of the good profile against itself, with the options under test."""
+    return ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), *extra]
+
+
 def _db(p):
     return ["--db", p["db"]]
 
@@ -256,27 +261,26 @@ CASES = [
     ("diff-future-schema", lambda p: ["diff", str(p["future_schema.json"]), str(p["good_h200.json"])], "newer"),
     ("diff-a-fragment", lambda p: ["diff", str(p["fragment"]), str(p["good_h200.json"])], None),
     ("diff-under-a-file", lambda p: ["diff", str(p["file"] / "p.json"), str(p["good_h200.json"])], None),
-    ("diff-threshold-abc", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--threshold",
-                                      "abc"], "number"),
-    ("diff-threshold-negative", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]),
-                                           "--threshold", "-0.1"], "at least 0"),
-    ("diff-threshold-nan", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--threshold",
-                                      "nan"], "finite"),
-    ("diff-threshold-inf", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--threshold",
-                                      "1e400"], "finite"),
-    ("diff-alpha-0", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--alpha", "0"],
+    ("diff-threshold-abc", lambda p: _diff_same(p, "--threshold",
+                                      "abc"), "number"),
+    ("diff-threshold-negative", lambda p: _diff_same(p, "--threshold", "-0.1"), "at least 0"),
+    ("diff-threshold-nan", lambda p: _diff_same(p, "--threshold",
+                                      "nan"), "finite"),
+    ("diff-threshold-inf", lambda p: _diff_same(p, "--threshold",
+                                      "1e400"), "finite"),
+    ("diff-alpha-0", lambda p: _diff_same(p, "--alpha", "0"),
      "between 0 and 1"),
-    ("diff-alpha-1", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--alpha", "1"],
+    ("diff-alpha-1", lambda p: _diff_same(p, "--alpha", "1"),
      "between 0 and 1"),
-    ("diff-alpha-negative", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--alpha",
-                                       "-0.05"], "between 0 and 1"),
-    ("diff-alpha-nan", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--alpha", "nan"],
+    ("diff-alpha-negative", lambda p: _diff_same(p, "--alpha",
+                                       "-0.05"), "between 0 and 1"),
+    ("diff-alpha-nan", lambda p: _diff_same(p, "--alpha", "nan"),
      "finite"),
-    ("diff-alpha-abc", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--alpha", "5%"],
+    ("diff-alpha-abc", lambda p: _diff_same(p, "--alpha", "5%"),
      "number"),
-    ("diff-fail-on-bogus", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--fail-on",
-                                      "bogus"], "invalid choice"),
-    ("diff-unknown-flag", lambda p: ["diff", str(p["good_h200.json"]), str(p["good_h200.json"]), "--html"],
+    ("diff-fail-on-bogus", lambda p: _diff_same(p, "--fail-on",
+                                      "bogus"), "invalid choice"),
+    ("diff-unknown-flag", lambda p: _diff_same(p, "--html"),
      "unrecognized"),
     # calib verify (the simulated device: every bad argument is refused before anything is measured)
     ("verify-budget-0", lambda p: ["verify", "--backend", "sim", "--budget-s", "0"], "over 0"),
