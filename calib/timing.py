@@ -172,6 +172,10 @@ class Measurement:
         if target and self.stop_reason in ("budget", "max_samples") and self.median_rel_ci95 > target:
             out.append(f"imprecise: stopped by {self.stop_reason} at ±{self.median_rel_ci95:.2%} "
                        f"(target ±{target:.2%})")
+        if self.protocol.get("host_bound_batches"):
+            out.append(f"host-bound: in {self.protocol['host_bound_batches']} batch(es) the host took longer to "
+                       f"enqueue than the {self.protocol.get('hold_s', 0) * 1e3:.1f} ms hold, so some samples may "
+                       "time the host")
         if self.simulated:
             out.append("simulated: not a measurement of real hardware")
         return out

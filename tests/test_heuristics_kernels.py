@@ -1,4 +1,4 @@
-"""The three families' CUDA sources compile (NVRTC, no GPU needed), and on a GPU every candidate
+"""The three families' CUDA sources and the timer's hold kernel compile (NVRTC, no GPU needed), and on a GPU every candidate
 of a few problems passes its check and the evaluation runs end to end."""
 
 import ctypes
@@ -9,6 +9,7 @@ import pytest
 from calib.heuristics import normalization as NM
 from calib.heuristics import pointwise as PW
 from calib.heuristics import splitk as SK
+from calib.ops import timer as T
 
 
 def _programs():
@@ -18,6 +19,7 @@ def _programs():
     for dt in NM.DTYPES:
         yield f"normalization_{dt}", NM.SOURCE, NM._names(dt)
     yield "splitk", SK.SOURCE, [f"splitk_sum<{c}>" for c in SK.CTYPE.values()]
+    yield "timer_hold", T.HOLD_SOURCE, ["calib_hold"]
 
 
 @pytest.mark.skipif(not os.environ.get("CALIB_TEST_NVRTC_LIB"), reason="CALIB_TEST_NVRTC_LIB (a libnvrtc.so) not set")

@@ -137,7 +137,7 @@ class _GpuSetup:
         return fam.GpuCase(d, self.sm_count)
 
     def timer(self, thunk):
-        from ..ops.conv2d import cuda_timer
+        from ..ops.timer import cuda_timer
 
         return cuda_timer(thunk, rule=self.rule, warmup=3, warmup_s=0.001)
 

@@ -228,7 +228,7 @@ def learn(kernel: str, make=None, *, sizes=None, bytes_of=None, measure=None, pr
         if make is None:
             raise HeuristicError("learn needs make(size) -> thunk, or measure(size) -> Measurement")
         if timer is None:
-            from ..ops.conv2d import cuda_timer
+            from ..ops.timer import cuda_timer
 
             timer = cuda_timer
         measure = lambda s: timer(make(s))  # noqa: E731

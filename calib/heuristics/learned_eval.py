@@ -73,7 +73,7 @@ def evaluate_ops(backend: str = "cupy", *, points: int = 12, max_bytes: float = 
                     "sim_softmax": sim_op(2.3, 2.6, 30.0)}
     else:
         import calib
-        from ..ops.conv2d import cuda_timer
+        from ..ops.timer import cuda_timer
         from ..timing import StoppingRule
 
         profile = profile or calib.default_profile()

@@ -27,6 +27,7 @@ import math
 from .._lazy import lazy
 from ..autotune.descriptors import dtype_name
 from ..backends.base import UnsupportedConfig
+from .timer import SPIN_UP_S, WARMUP_S, cuda_timer  # noqa: F401 - cuda_timer: this module's timer
 
 np = lazy("numpy")
 
@@ -311,58 +312,14 @@ def random_inputs(d, seed: int = 0):
     return x, w
 
 
-# An idle H200 sits at 345 MHz and takes tens of milliseconds to reach its boost clock: the first
-# candidate a process times would look slow, and two tunes disagreed on 5 of 46 layers (up to 72%
-# apart) when only two calls warmed each candidate up (2026-12-01). So the first timing in a process
-# keeps the GPU busy for SPIN_UP_S, and every candidate runs for at least WARMUP_S before its samples.
-SPIN_UP_S = 0.3
-WARMUP_S = 0.01
-_spun_up: set = set()
-# The timing protocol an entry records (a soft field: entries timed under another are stale).
-# Candidates are timed in ROUNDS interleaved rounds (Autotuner._time_rounds says why).
+# Candidates are timed in ROUNDS interleaved rounds (Autotuner._time_rounds says why), each batch of
+# samples held behind a GPU spin so that the host runs ahead, and each sample from a cold L2
+# (calib/ops/timer.py says why: host-bound and L2-placement timings changed from tune to tune).
 ROUNDS = 3
-PROTOCOL = {"timer": "cuda events per call", "warmup_s": WARMUP_S, "spin_up_s": SPIN_UP_S, "rounds": ROUNDS}
-
-
-def _run_for(thunk, seconds: float, at_least: int, cp) -> int:
-    """Call ``thunk`` until ``seconds`` of wall time (GPU work included) and ``at_least`` calls."""
-    import time as _time
-
-    calls, t0 = 0, _time.perf_counter()
-    while calls < at_least or _time.perf_counter() - t0 < seconds:
-        thunk()
-        calls += 1
-        if calls % 4 == 0:
-            cp.cuda.get_current_stream().synchronize()
-    cp.cuda.get_current_stream().synchronize()
-    return calls
-
-
-def cuda_timer(thunk, *, rule=None, warmup: int = 2, warmup_s: float = WARMUP_S):
-    """Event-timed samples of ``thunk()`` on the current stream until the rule is met, after a
-    warm-up of at least ``warmup`` calls and ``warmup_s`` seconds (and the process's spin-up)."""
-    from ..timing import Measurement, StoppingRule
-
-    cp = _cp()
-    rule = rule or StoppingRule(min_samples=10, max_samples=30, batch=10, rel_precision=0.005, budget_s=0.05)
-    device = cp.cuda.Device().id
-    spin = 0.0 if device in _spun_up else SPIN_UP_S
-    _spun_up.add(device)
-    _run_for(thunk, max(spin, warmup_s), warmup, cp)
-    stream = cp.cuda.get_current_stream()
-    samples, reason = [], None
-    while reason is None:
-        events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(rule.batch)]
-        for a, b in events:
-            a.record(stream)
-            thunk()
-            b.record(stream)
-        events[-1][1].synchronize()
-        samples.extend(cp.cuda.get_elapsed_time(a, b) * 1e3 for a, b in events)
-        reason = rule.stop_reason(np.asarray(samples))
-    return Measurement(np.asarray(samples), stop_reason=reason,
-                       protocol={"timer": "cuda events per call", "warmup": warmup, "warmup_s": warmup_s,
-                                 "spin_up_s": SPIN_UP_S, "rule": rule.to_dict()})
+HOLD, FLUSH_L2 = True, True
+# The timing protocol an entry records (a soft field: entries timed under another are stale).
+PROTOCOL = {"timer": "cuda events per call", "warmup_s": WARMUP_S, "spin_up_s": SPIN_UP_S, "rounds": ROUNDS,
+            "hold": HOLD, "flush_l2": FLUSH_L2}
 
 
 _FINGERPRINTS: dict = {}
@@ -429,7 +386,7 @@ def select_algorithm(d: Conv2dDescriptor, autotuner, *, x=None, w=None, algorith
 
     def time(alg):
         xx, ww = inputs()
-        return cuda_timer(lambda: RUN[alg](d, xx, ww), rule=rule)
+        return cuda_timer(lambda: RUN[alg](d, xx, ww), rule=rule, hold=HOLD, flush_l2=FLUSH_L2)
 
     try:
         return autotuner.select(FAMILY, d, algorithms, time=time, check=check, early_stop=early_stop, rounds=ROUNDS)
