@@ -10,7 +10,7 @@
 #   verify         bench/verify_h200.sh (calib verify, idle and beside a competing load)
 #   heuristics     bench/heuristics_h200.sh (heuristics against exhaustive search)
 # Step timeouts add up past the device tool's 600 s: ask for the steps that fit (GPU_TESTS_TIMEOUT,
-# BENCH_TIMEOUT, ... shorten them).
+# BENCH_TIMEOUT, ... shorten them; DEADLINE_S=590 cuts the last step short at the call's end).
 # The device tool brings back at most 8 files: gpu.txt (nvidia-smi, GPU tests), summary.txt (each
 # step's exit status and wall time) and results.tgz (everything each step wrote, unpack with
 # `tar xzf`).
@@ -28,7 +28,9 @@ timeout ${GPU_TESTS_TIMEOUT:-180} python3 -m pytest -q -m gpu $gpu_tests 2>&1 | 
 
 step() {  # step NAME TIMEOUT_S COMMAND...: run, log to $res/NAME.log, note status and wall time
   local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
+  local t0=$SECONDS left=$(( ${DEADLINE_S:-1000000} - SECONDS - 10 ))  # DEADLINE_S: the whole call's
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -le 0 ]; then echo "$name: skipped, DEADLINE_S reached" | tee -a $OUT/summary.txt; return; fi
   timeout "$limit" "$@" >"$res/$name.log" 2>&1
   local rc=$?
   echo "$name: exit $rc, $((SECONDS - t0)) s (limit $limit s)" | tee -a $OUT/summary.txt
