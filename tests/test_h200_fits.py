@@ -105,3 +105,52 @@ def test_the_l2_plan_locates_the_ramp_end_within_five_percent_at_the_h200_scatte
         rec = l2.fit(g).records[l2.RAMP_END]
         widths.append(_pm(rec))
     assert np.median(widths) < 0.05, widths
+
+
+def test_points_that_settled_capped_are_left_out_of_the_tf32_line():
+    """Three quick suites in one H200 call (2026-12-01, this session's call 1): TF32 points that
+    settled after the power cap bit ran 4-9% below points of smaller K (376-392 against 406-413
+    TFLOP/s) and made the CI ±33% and ±25%. Left out as capped, the rate is that of the uncapped
+    points in every run."""
+    runs = pd.read_csv(FIXTURES / "h200_matmul_quick3_2026-12-01-call1.csv")
+    capped = {1: [8192.0], 2: [7168.0], 3: []}
+    for run, g in runs.groupby("run"):
+        rec = calibrations.fit(mm.ID, g.drop(columns="run")).records[mm.param_name("tf32")]
+        d = rec["diagnostics"]
+        assert d.get("capped_k", []) == capped[run], (run, d)
+        assert 410 < rec["value"] < 435, (run, rec["value"])
+        for k in capped[run]:
+            assert k in d["left_out_k"]
+    # fp16 and bf16 lines, whose rates only rise with K, lose nothing to the rule
+    for run, g in runs.groupby("run"):
+        for dtype in ("fp16", "bf16"):
+            rec = calibrations.fit(mm.ID, g.drop(columns="run")).records[mm.param_name(dtype)]
+            assert not rec["diagnostics"].get("capped_k"), (run, dtype)
+
+
+def test_a_point_that_runs_capped_is_measured_again_like_a_throttled_one(monkeypatch):
+    """The measuring side of the same rule: ``too_slow`` giving a reason earns the retry after a
+    longer pause that a throttled point gets, and the faster attempt is kept."""
+    from calib.timing import Measurement
+
+    monkeypatch.setattr(mm.time, "sleep", lambda s: None)
+    times = iter([2300.0, 2010.0])
+    made = []
+
+    class B:
+        stream = type("S", (), {"synchronize": staticmethod(lambda: None)})()
+
+        def time_launches(self, launch, *, rule, perf_config):
+            made.append(next(times))
+            return Measurement(np.full(10, made[-1]), stop_reason="precision", protocol={}, clocks={})
+
+    floor = 412.3  # TFLOP/s of K = 6144 measured before, on the same line
+    work = 2.0 * 8192 * 8192 * 6656
+
+    def too_slow(m):
+        rate = work / m.median_us * 1e-6
+        return "capped" if rate < (1 - mm.CAPPED_FRACTION) * floor else None
+
+    kept = mm.measure_unthrottled(B(), None, None, {}, too_slow=too_slow)
+    assert made == [2300.0, 2010.0] and kept.median_us == 2010.0
+    assert kept.candidates[0].protocol["set_aside_because"] == "capped"

@@ -1,5 +1,5 @@
-"""The three families' CUDA sources and the timer's hold kernel compile (NVRTC, no GPU needed), and on a GPU every candidate
-of a few problems passes its check and the evaluation runs end to end."""
+"""The three families' CUDA sources and the timer's hold kernel compile (NVRTC, no GPU needed),
+and on a GPU every candidate of a few problems passes its check and the evaluation runs end to end."""
 
 import ctypes
 import os

@@ -4,6 +4,7 @@ Hooked into calib's parser by ``add_heuristics_parser(sub)``."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -29,7 +30,9 @@ def add_heuristics_parser(sub):
     e.add_argument("--count", type=cli_args.at_most(cli_args.positive_int, MAX_COUNT), default=100,
                    help="problems drawn by the generator (default 100)")
     e.add_argument("--seed", type=cli_args.non_negative_int, default=0)
-    e.add_argument("--backend", choices=["auto", "cupy", "sim"], default="auto")
+    e.add_argument("--backend", type=_backend, default="auto",
+                   help="auto, cupy, sim, or replay:FILE.json (every candidate's time from an evaluation "
+                   "recorded on a GPU with --out)")
     e.add_argument("--sim-spec", metavar="FILE")
     e.add_argument("--profile", metavar="PATH", help="the profile the heuristics read (default: the lookup order; "
                    "on the simulated device, a simulated calibration of it)")
@@ -42,6 +45,14 @@ def add_heuristics_parser(sub):
     e.add_argument("--out", metavar="PREFIX", help="also write PREFIX.json and PREFIX.md")
     e.add_argument("--progress", action="store_true", help="progress lines on stderr")
     e.set_defaults(func=run_heuristics)
+
+
+def _backend(text: str) -> str:
+    if text in ("auto", "cupy", "sim"):
+        return text
+    if text.startswith("replay:") and len(text) > len("replay:"):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: give auto, cupy, sim or replay:FILE.json")
 
 
 def run_heuristics(args) -> int:

@@ -137,13 +137,18 @@ class _GpuSetup:
         return fam.GpuCase(d, self.sm_count)
 
     def timer(self, thunk):
+        """Device time: each batch held behind a GPU spin so that the host runs ahead
+        (calib/ops/timer.py). Without it a small problem's candidates all timed CuPy's launch
+        path on the host (16-21 us for a 1608-element relu on an H200, 2026-12-01), which no
+        launch parameter changes and no predictor of device time can match. L2 stays warm: a
+        pointwise or normalization input was usually just written by the op before it."""
         from ..ops.timer import cuda_timer
 
-        return cuda_timer(thunk, rule=self.rule, warmup=3, warmup_s=0.001)
+        return cuda_timer(thunk, rule=self.rule, warmup=3, warmup_s=0.001, hold=True)
 
 
 def resolve_backend(backend: str) -> str:
-    if backend in ("sim", "cupy"):
+    if backend in ("sim", "cupy") or backend.startswith("replay:"):
         return backend
     from ..fingerprint import detect_current
 
@@ -166,8 +171,24 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     fam = family(kind)  # an unknown kind: HeuristicError
     backend = resolve_backend(backend)
     gen_kw = {} if max_bytes is None else {"max_bytes": max_bytes}
+    replayed = None
+    if backend.startswith("replay:"):
+        from . import replay
+
+        recorded = replay.load(backend[len(replay.PREFIX):], kind)
+        replayed = {fam.descriptor(r["descriptor"]): r for r in recorded["rows"]}
+        problems = [d for d in (problems if problems is not None else replayed) if d in replayed]
     problems = list(problems) if problems is not None else fam.generate(count, seed, **gen_kw)
-    if backend == "sim":
+    if replayed is not None:
+        device, software = recorded["device"], recorded["software"]
+        if profile is None:
+            import calib
+
+            profile = calib.default_profile()
+        make_case = lambda d: replay.ReplayCase(replayed[d])  # noqa: E731
+        timer = None
+        persist = False
+    elif backend == "sim":
         from ..backends.sim import SimBackend
         from .simdevice import SimCase, sim_profile
 
@@ -222,7 +243,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     if problems:
         fam.heuristic(problems[0], rec)
     return {"format": "calib.heuristics.evaluation", "version": 1, "kind": kind, "backend": backend,
-            "simulated": backend == "sim", "device": device, "software": software,
+            "simulated": backend == "sim", "replayed": replayed is not None, "device": device, "software": software,
             "profile": _profile_source(profile), "parameters_read": sorted(rec.names),
             "created": _now(), "seed": seed, "problems": len(problems), "evaluated": len(ok),
             "failed": len(rows) - len(ok), "stopped_early": stopped_early,
@@ -301,7 +322,9 @@ def _one(fam, kind, d, case, tuner, profile, timer, baseline, predict_model) -> 
             "winner": sel.candidate, "heuristic": dict(h), "heuristic_us": measured(h), "baseline": dict(b),
             "baseline_us": measured(b), "library_us": float(lib.center_us), "predicted_us": _finite(pred.time_us),
             "predicted_ci95": list(pred.ci95) if math.isfinite(pred.time_us) else None,
-            "memory_bound": bool(d.memory_bound)}
+            "memory_bound": bool(d.memory_bound),
+            # every usable candidate's time: the row replays offline (calib.heuristics.replay)
+            "times_us": {c: usable[c] for c in sorted(usable)}}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -318,7 +341,8 @@ def _fmt(s: dict) -> str:
 
 def to_markdown(res: dict) -> str:
     lines = [f"## {res['kind']} on {res['device'].get('name')} ({res['backend']}"
-             f"{', SIMULATED' if res['simulated'] else ''}), {res['created']}", "",
+             f"{', SIMULATED' if res['simulated'] else ''}"
+             f"{', REPLAYED from recorded times' if res.get('replayed') else ''}), {res['created']}", "",
              f"{res['evaluated']} of {res['problems']} problems evaluated in {res['wall_s']:.1f} s"
              f"{'; ' + res['stopped_early'] if res['stopped_early'] else ''}; profile: {res['profile']}; "
              f"tuning database: {res['tuning_database']}.", "",

@@ -86,7 +86,7 @@ def evaluate_ops(backend: str = "cupy", *, points: int = 12, max_bytes: float = 
 
                 thunk = make(b)
                 try:
-                    return cuda_timer(thunk, rule=rule, warmup=3, warmup_s=0.005)
+                    return cuda_timer(thunk, rule=rule, warmup=3, warmup_s=0.005, hold=True)  # device time
                 finally:
                     del thunk
                     cp.get_default_memory_pool().free_all_blocks()

@@ -1,0 +1,97 @@
+"""Replay a recorded evaluation: every candidate's measured time, read back from the JSON that
+``calib heuristics evaluate --out`` wrote on a GPU, so that a heuristic or the predictor can be
+changed and judged against real measurements on a machine without one (as Kernel Tuner's
+simulation mode replays its cache files).
+
+``calib heuristics evaluate --kind K --backend replay:FILE.json`` evaluates the current heuristic,
+baseline and predictor on the file's problems; a choice that was not among the recorded candidates
+cannot be timed and counts as failed (the report says how many). The numbers are the recorded
+device's, with its fingerprint; the output says it is a replay.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .._lazy import lazy
+from ..backends.base import UnsupportedConfig
+from ..errors import CalibError
+
+np = lazy("numpy")
+
+PREFIX = "replay:"
+FORMAT, VERSION = "calib.heuristics.evaluation", 1
+
+
+class ReplayError(CalibError, ValueError):
+    pass
+
+
+def load(path, kind: str) -> dict:
+    """The recorded evaluation at ``path``, checked field by field for what a replay needs."""
+    from .registry import read_text
+
+    p = Path(path)
+    text = read_text(p, "recorded evaluation", ReplayError)
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReplayError(f"recorded evaluation {p} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(rec, dict) or rec.get("format") != FORMAT:
+        raise ReplayError(f"{p} is not a calib heuristics evaluation (format {FORMAT!r})")
+    if not isinstance(rec.get("version"), int) or rec["version"] > VERSION:
+        raise ReplayError(f"{p} has version {rec.get('version')!r}; this calib reads up to {VERSION}")
+    if rec.get("kind") != kind:
+        raise ReplayError(f"{p} records {rec.get('kind')!r} problems, not {kind!r}")
+    rows = rec.get("rows")
+    if not isinstance(rows, list):
+        raise ReplayError(f"{p} has no rows")
+    usable = [r for r in rows if isinstance(r, dict) and isinstance(r.get("times_us"), dict) and r["times_us"]
+              and isinstance(r.get("descriptor"), dict)]
+    if not usable:
+        raise ReplayError(f"{p} holds no row with every candidate's time (times_us): it was written before "
+                          "calib recorded them; evaluate on the GPU again")
+    for r in usable:
+        bad = [c for c, t in r["times_us"].items() if not isinstance(t, (int, float)) or not t > 0]
+        if bad:
+            raise ReplayError(f"{p}: problem {r['descriptor']} has times that are not positive numbers for {bad[:3]}")
+    rec["rows"] = usable
+    return rec
+
+
+class ReplayCase:
+    """``check``, ``time`` and ``library`` for one recorded problem."""
+
+    def __init__(self, row: dict):
+        self.row = row
+        self.times = row["times_us"]
+
+    def _time(self, k) -> float:
+        cid = getattr(k, "autotune_name", None) or str(k)
+        t = self.times.get(cid)
+        if t is None:
+            raise UnsupportedConfig(f"{cid} was not among the recorded candidates")
+        return float(t)
+
+    def check(self, k):
+        self._time(k)
+        return True
+
+    def time(self, k):
+        return _measurement(self._time(k))
+
+    def library(self):
+        t = self.row.get("library_us")
+        if not isinstance(t, (int, float)) or not t > 0:
+            raise ReplayError(f"problem {self.row['descriptor']} has no recorded library time")
+        return _measurement(float(t))
+
+    def free(self):
+        pass
+
+
+def _measurement(t_us: float):
+    from ..timing import Measurement
+
+    return Measurement(np.array([t_us]), stop_reason="replay", protocol={"timer": "replayed"})
