@@ -12,8 +12,8 @@
 # Step timeouts add up past the device tool's 600 s: ask for the steps that fit (GPU_TESTS_TIMEOUT,
 # BENCH_TIMEOUT, ... shorten them; DEADLINE_S=590 cuts the last step short at the call's end).
 # The device tool brings back at most 8 files: gpu.txt (nvidia-smi, GPU tests), summary.txt (each
-# step's exit status and wall time) and results.tgz (everything each step wrote, unpack with
-# `tar xzf`).
+# step's exit status and wall time), results.tgz (what each step wrote but the run folders, unpack
+# with `tar xzf`) and run-<suite>.tgz per suite (at most 5 suites a call).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || exit 1
@@ -34,7 +34,12 @@ step() {  # step NAME TIMEOUT_S COMMAND...: run, log to $res/NAME.log, note stat
   timeout "$limit" "$@" >"$res/$name.log" 2>&1
   local rc=$?
   echo "$name: exit $rc, $((SECONDS - t0)) s (limit $limit s)" | tee -a $OUT/summary.txt
-  (cd "$res" && tar czf $OUT/results.tgz .)  # after every step: a call killed at its limit keeps what ran
+  pack  # after every step: a call killed at its limit keeps what ran
+}
+pack() {  # results.tgz without the run folders (each ~5 MB): those come back as files of their own,
+  # since the device tool returns files of at most 16 MiB (four suites in one archive were lost)
+  (cd "$res" && tar czf $OUT/results.tgz --exclude='run-*.tgz' .)
+  cp "$res"/run-*.tgz $OUT/ 2>/dev/null
 }
 
 declare -A seen
@@ -54,5 +59,5 @@ for s in "${@:-quick}"; do
     *) echo "unknown step $s" | tee -a $OUT/summary.txt ;;
   esac
 done
-(cd "$res" && tar czf $OUT/results.tgz .)
+pack
 cat $OUT/summary.txt
