@@ -181,10 +181,10 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     problems = list(problems) if problems is not None else fam.generate(count, seed, **gen_kw)
     if replayed is not None:
         device, software = recorded["device"], recorded["software"]
-        if profile is None:
-            import calib
+        if profile is None:  # the recorded device's profile by the lookup order, not this machine's
+            from ..profile import load_profile
 
-            profile = calib.default_profile()
+            profile = load_profile(device=device, software=software)
         make_case = lambda d: replay.ReplayCase(replayed[d])  # noqa: E731
         timer = None
         persist = False
