@@ -9,6 +9,8 @@
 #   fma            bench/fma_shapes.py (FP32 FMA kernel shapes against the clock peak)
 #   verify         bench/verify_h200.sh (calib verify, idle and beside a competing load)
 #   heuristics     bench/heuristics_h200.sh (heuristics against exhaustive search)
+#   heuristics-seedN  the same on the problem set of seed N, into heuristics-seedN/
+#   verify-shipped calib verify --profile profiles/nvidia-h200.json (default thresholds)
 # Step timeouts add up past the device tool's 600 s: ask for the steps that fit (GPU_TESTS_TIMEOUT,
 # BENCH_TIMEOUT, ... shorten them; DEADLINE_S=590 cuts the last step short at the call's end).
 # The device tool brings back at most 8 files: gpu.txt (nvidia-smi, GPU tests), summary.txt (each
@@ -56,6 +58,12 @@ for s in "${@:-quick}"; do
     fma) step fma 60 python3 bench/fma_shapes.py --out "$res/fma-shapes.md" ;;
     verify) step verify "${VERIFY_TIMEOUT:-420}" env OUT="$res" bash bench/verify_h200.sh ;;
     heuristics) step heuristics "${HEURISTICS_TIMEOUT:-300}" env OUT="$res" bash bench/heuristics_h200.sh ;;
+    heuristics-seed*)  # another problem set (heuristics-seed1: problems the heuristics were not tuned on)
+      seed=${s#heuristics-seed}
+      step "$s" "${HEURISTICS_TIMEOUT:-300}" env OUT="$res/$s" SEED="$seed" bash bench/heuristics_h200.sh ;;
+    verify-shipped)  # calib verify as a user runs it, against the profile shipped for this GPU
+      step verify-shipped 60 sh -c "python3 -m calib verify --profile profiles/nvidia-h200.json --budget-s 10 \
+        > $res/verify-shipped.txt 2>&1; echo exit \$? >> $res/verify-shipped.txt" ;;
     *) echo "unknown step $s" | tee -a $OUT/summary.txt ;;
   esac
 done
