@@ -8,12 +8,24 @@ runs the s products in one launch, s times as many tiles to spread over the SMs)
 :data:`SOURCE`'s ``splitk_sum<T>`` adds the s partials. The knob is ``split`` (1..32, dividing K,
 at least 128 of K per slice).
 
-The model: the output's 128x128 tiles times the split, in whole waves over the SMs, each tile's
-share of the flops at the SM's share of the tensor (or FP32) throughput, or the bytes at DRAM
-bandwidth if slower; plus the partials reduced at ``matmul.splitk.elements_reduced_per_second``
-and a second kernel's fixed cost. Outputs that would leave half the SMs idle get 64x64 tiles (as
-cuBLAS picks smaller tiles for them: an assumption about the library, not a measurement).
-``hidden=True`` adds a longer per-tile prologue than the predictor assumes.
+The model describes what CuPy and cuBLAS do, as measured on an H200 on 2026-12-01
+(bench/results/2026-12-01-h200-heuristics-seed0, 100 problems, every split timed): split 1 is one
+cublasGemmEx (tensor cores for fp16; SIMT FP32 for fp32): the padded output tiles' flops at a share
+of the profile's peak, spread over the SMs by cuBLAS's own split-K/stream-K (few tiles times K in
+units of 128), or the operands at DRAM speed if slower, plus the launch and, for a long K over few
+tiles, cuBLAS's own reduction. Split s > 1 goes through CuPy's batched matmul, which (CuPy's
+``_routines_linalg.matmul``) promotes fp16 to fp32 and makes both operands contiguous: the
+transposed K-slices of At are copied (and cast), B is cast, one FP32 strided-batched GEMM runs on
+the CUDA cores (no tensor cores, even for fp16), the fp32 partials are cast back, then
+``splitk_sum`` adds them.
+
+The conclusion on the H200: an external split almost never pays. Split 1 was the fastest in 95 of
+100 problems; fp16 split 2..32 took 2.3x-55x as long (6688x144x35840: 141 us unsplit, 3609-3940 us
+split), fp32 up to 16x; the five exceptions are fp32 outputs of 16 rows with a long K, 3-21% faster
+split, which the model does not resolve (the heuristic then loses up to 17%, as the library op
+does). Replay of that file: heuristic geomean 0.996 of the exhaustive best (0.441 before), worst
+0.828; predictor median |error| 10% (split 1: 6.5% on the even rows it was tuned on, 12% on the odd
+rows), split > 1 candidates median 22%.
 """
 
 from __future__ import annotations
@@ -65,25 +77,66 @@ def space(d: SplitKDescriptor) -> list[Knobs]:
     return [Knobs(split=s) for s in SPLITS if d.k % s == 0 and (s == 1 or d.k // s >= MIN_K_PER_SLICE)]
 
 
+# Empirical constants of cuBLAS on the H200 (CuPy 14.2, CUDA 13.2), fitted on the even-indexed rows of
+# bench/results/2026-12-01-h200-heuristics-seed0/heuristics-matmul_splitk.json (2026-12-01); the odd rows
+# were held out. Rates are fractions of the profile's own peaks, so another GPU scales them.
+GEMM_EFFICIENCY = {"tensor": 0.92, "simt": 0.76}  # cuBLAS's asymptotic share of the profile's peak
+BATCHED_SIMT_EFFICIENCY = 0.60  # CuPy's batched path: gemmStridedBatchedEx in FP32 on the CUDA cores
+MIN_TILE = {"tensor": 16, "simt": 64}  # the narrowest output tile a dimension is padded to (128 at most)
+K_PER_UNIT = 128  # cuBLAS (stream-K / split-K inside) spreads few output tiles over K in units of this
+INTERNAL_SPLIT_K = 2048  # from this K on, a few-tile GEMM pays cuBLAS's own reduction: a second launch
+GEMM_EXTRA_FIXED_US = 1.4  # a cuBLAS launch beyond the profile's kernel fixed cost
+DRAM_EFFICIENCY = 0.86  # of the read bandwidth, for a GEMM streaming its operands once
+TRANSPOSE_EFFICIENCY = 0.2  # CuPy's strided copy of the transposed K-slices, of the copy bandwidth
+
+
+def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str, efficiency: float,
+            batch: int = 1) -> float:
+    """One cuBLAS GEMM launch (``batch`` products of (m, k) by (k, n)): the padded output tiles'
+    flops at ``efficiency`` of the tensor or FP32 rate, spread over the SMs as far as the tiles
+    times K in units of :data:`K_PER_UNIT` allow (cuBLAS's own split-K/stream-K), or the operands
+    at DRAM speed if slower; plus the fixed costs (and cuBLAS's own reduction for a few-tile,
+    long-K product)."""
+    sms = P.sm_count(q)
+    name = RATE["float16"] if path == "tensor" else RATE["float32"]
+    rate = q(name, P.DEFAULTS.get(name, 100.0)) * 1e6 * efficiency  # flop per us
+    tile_m = min(TILE, max(MIN_TILE[path], 1 << max(0, math.ceil(math.log2(m)))))
+    tile_n = min(TILE, max(MIN_TILE[path], 1 << max(0, math.ceil(math.log2(n)))))
+    tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n) * batch
+    util = min(1.0, tiles * max(1.0, k / K_PER_UNIT) / sms)
+    t_mm = 2.0 * tile_m * tile_n * tiles * k / rate / util
+    nbytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
+    t_mem = nbytes / (P.dram_gbps(q, "read", 16) * 1e3 * DRAM_EFFICIENCY)
+    t = P.fixed_us(q) + GEMM_EXTRA_FIXED_US + max(t_mm, t_mem)
+    if tiles < sms and k >= INTERNAL_SPLIT_K:
+        t += P.fixed_us(q) * 0.7
+    return t
+
+
+def copy_us(q, nbytes: float, efficiency: float = 1.0) -> float:
+    """An elementwise copy (CuPy's ``ascontiguousarray``, a cast) of ``nbytes`` read plus written."""
+    return P.fixed_us(q) + nbytes / (P.dram_gbps(q, "copy", 16) * 1e3 * efficiency)
+
+
 def model_us(d: SplitKDescriptor, k, q, hidden: bool = False) -> float:
     s = int(k["split"])
     e = d.itemsize_bytes
-    sms = P.sm_count(q)
-    tile = TILE
-    tiles = math.ceil(d.m / tile) * math.ceil(d.n / tile)
-    if tiles * 2 <= sms:  # cuBLAS's smaller tiles for outputs that would leave half the SMs idle
-        tile = 64
-        tiles = math.ceil(d.m / tile) * math.ceil(d.n / tile)
-    ctas = tiles * s
-    peak = q(RATE[d.dtype], P.DEFAULTS.get(RATE[d.dtype], 100.0)) * 1e6  # flop per us
-    per_cta = 2.0 * tile * tile * (d.k / s) / (peak / sms)
-    t_mm = math.ceil(ctas / sms) * (per_cta + (0.8 if hidden else 0.3))
-    nbytes = (d.m * d.k + d.k * d.n) * e + s * d.m * d.n * e
-    t_mem = nbytes / (P.dram_gbps(q, "copy", 16) * 1e3)
-    t = P.fixed_us(q) + max(t_mm, t_mem)
-    if s > 1:
-        rate = q("matmul.splitk.elements_reduced_per_second", P.DEFAULTS["matmul.splitk.elements_reduced_per_second"])
-        t += P.fixed_us(q) + s * d.m * d.n / rate * 1e6
+    if s == 1:  # cupy.matmul of 2-D operands: one cublasGemmEx, tensor cores for fp16
+        path = "tensor" if d.dtype == "float16" else "simt"
+        return gemm_us(q, d.m, d.n, d.k, e, e, path, GEMM_EFFICIENCY[path])
+    # cupy.matmul of 3-D operands: fp16 is promoted to fp32 and both operands made contiguous
+    # (the transposed K-slices of At copied, cast on the way), one FP32 strided-batched GEMM of
+    # s products writes s*m*n fp32 partials, fp16 casts them back, then splitk_sum adds them.
+    t = copy_us(q, d.m * d.k * (e + 4), TRANSPOSE_EFFICIENCY)
+    if e != 4:
+        t += copy_us(q, d.k * d.n * (e + 4))
+    t += gemm_us(q, d.m, d.n, d.k // s, 4, 4, "simt", BATCHED_SIMT_EFFICIENCY, batch=s)
+    if e != 4:
+        t += copy_us(q, s * d.m * d.n * (4 + e))
+    rate = q("matmul.splitk.elements_reduced_per_second", P.DEFAULTS["matmul.splitk.elements_reduced_per_second"])
+    t += P.fixed_us(q) + s * d.m * d.n / rate * 1e6
+    if hidden:
+        t *= 1.02
     return t
 
 
