@@ -13,12 +13,15 @@ argument (a uniform branch costs nothing in a memory-bound loop, and it keeps co
 module per data type); the ``n % vec`` remainder is done by scalar code. Every candidate's output
 is compared with a float64 CuPy reference before it is timed.
 
-The model (:func:`model_us`) is the fixed cost, then bytes moved at the bandwidth of the memory
-level the working set sits in (L2, the ramp, DRAM) at the access width, reduced by the bytes in
-flight per SM the launch keeps (Little's law), stretched by the busiest SM's extra blocks, or the
-FP32 throughput when that is slower. With ``hidden=True`` (the simulated device's truth) it adds
-what no profile parameter says: registers per thread limiting the resident blocks, a cost per
-block scheduled and per loop iteration.
+The model (:func:`model_us`) is a launch floor, then the slowest of: the bytes at the bandwidth
+of the memory level the working set sits in (L2 or DRAM) at the access width, combined with
+Little's law over the thread slots (rounds of resident blocks, each a memory latency plus the
+thread's elements worked one after another, which is what makes many elements per thread slow on
+small tensors), the block scheduler's pace for cover grids of many blocks, and the op's issue
+slots at the FP32 rate over the occupancy (exp and sigmoid). Its few empirical constants come
+from the H200 evaluation of 2026-12-01 and say which data each is from. With ``hidden=True`` (the
+simulated device's truth) the registers are the loaded vectors only, and it adds a cost per block
+scheduled and per loop iteration.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ BINARY = ("add", "mul", "maximum")
 UNARY = ("relu", "exp", "sigmoid")
 OPS = BINARY + UNARY
 OP_CODE = {op: i for i, op in enumerate(OPS)}
-FLOPS = {"add": 1, "mul": 1, "maximum": 1, "relu": 1, "exp": 4, "sigmoid": 6}
 DTYPES = ("float16", "float32", "float64")
 EPTS = (1, 2, 4)
 BLOCKS = (128, 256, 512)
@@ -88,27 +90,107 @@ def grid_blocks(d, k, sms: int) -> int:
     return need if k["grid"] == "cover" else max(1, min(need, int(k["grid"]) * sms))
 
 
+# Empirical constants of the model, from the H200 evaluation of 2026-12-01 (seed 0, every candidate
+# of 100 problems timed; tuned on the even-indexed rows, checked on the odd ones):
+# - FLOOR: a launch that moves next to nothing took 3.2-3.4 us event-timed, 0.62 of the DRAM read
+#   line's intercept (``memory.dram.fixed_cost_us``, 4.13 us, which holds a DRAM latency and the
+#   pipe's fill besides the launch);
+# - BLOCK_US: a block's own start and retirement (a one-element-per-thread cover grid of 128-thread
+#   blocks on L2-resident data ran ~0.56 us per wave of resident blocks above its latency);
+# - DISPATCH_US: the block scheduler's pace per SM (cover grids of ~50k 128-thread blocks took
+#   ~0.3 us per block per SM whatever they moved);
+# - ELEMENT_US, DEP_CYCLES: a thread's elements are worked one after another: small launches grew
+#   by ~0.1 us per element a thread handles, plus ~2.7 dependent cycles per issue slot of the op;
+# - L2_SHARE, L2_RAMP: a pointwise working set (inputs and the written output) stays in L2 up to 0.9
+#   of ``memory.l2.capacity_bytes`` (41 MB) and is served from DRAM past 1.125 of it (52 MB), far
+#   earlier than the read-only ramp's end: 54 MB ran at the DRAM copy bandwidth;
+# - L2_WIDTH_EXP: narrow accesses lose more at L2 than at DRAM (2-byte accesses on L2-resident data
+#   moved ~3 TB/s, the DRAM align2 rate): L2 bandwidth times (DRAM(width) / DRAM(16 B)) ** 3.1;
+# - SMOOTH: bandwidth and Little's law combine as a p-norm of 3, the knee of
+#   :func:`calib.heuristics.predictor.inflight_efficiency`;
+# - TAIL_COVER, TAIL_STRIDE: the share of a last partial wave (cover) or grid-stride iteration that
+#   costs a whole one;
+# - REGS_PER_SLOT: registers per element per issue slot of the op that a thread keeps live while
+#   its elements are unrolled (exp and sigmoid at 8-16 elements per thread lost occupancy);
+# - OCCUPANCY_THREADS: the resident threads per SM that hide the ALU latency of exp and sigmoid;
+# - INDEX_SLOTS: issue slots per vector access for its address and bounds (1-2 byte accesses of the
+#   compute-heavy ops ran slower than wide ones at equal bytes).
+FLOOR = 0.62
+BLOCK_US = 0.56
+DISPATCH_US = 0.32
+ELEMENT_US = 0.097
+DEP_CYCLES = 2.74
+L2_SHARE, L2_RAMP = 0.9, 1.25
+L2_WIDTH_EXP = 3.1
+SMOOTH = 3.0
+TAIL_COVER, TAIL_STRIDE = 0.3, 0.79
+REGS_PER_SLOT = 0.021
+OCCUPANCY_THREADS = 1024.0
+INDEX_SLOTS = 12.9
+# fp32 issue slots per element (the FMA pipe's rate, ``compute.fp32.fma_tflops`` / 2): the cheap ops
+# are a conversion and an op; expf (range reduction, ex2, scaling) and sigmoid (expf and an IEEE
+# divide) from the compute-bound H200 rows of 2026-12-01 (fp16 sigmoid of 71M and 196M elements at
+# 0.75 G elements/s; fp16 exp of 37M elements within 5% of the copy bandwidth); float64 in fp32 slots
+# (the FP64 pipe at half the rate, exp and divide as polynomial and Newton code: fp64 sigmoid and exp
+# of ~1-2M L2-resident elements ran at 0.28 and 0.36 G elements/s).
+SLOTS = {"float16": {"add": 2, "mul": 2, "maximum": 2, "relu": 2, "exp": 24, "sigmoid": 43},
+         "float32": {"add": 2, "mul": 2, "maximum": 2, "relu": 2, "exp": 24, "sigmoid": 43},
+         "float64": {"add": 2, "mul": 2, "maximum": 2, "relu": 2, "exp": 93, "sigmoid": 119}}
+
+
+def _smax(a: float, b: float, p: float = SMOOTH) -> float:
+    return (a**p + b**p) ** (1 / p)
+
+
 def model_us(d: PointwiseDescriptor, k, q, hidden: bool = False) -> float:
+    """The launch floor, then the slowest of: the bytes at the bandwidth of the level the working set
+    sits in (L2 or DRAM) at the access width, combined with Little's law over the thread slots
+    (rounds of resident blocks, each a memory latency plus its thread's elements one after another),
+    the block scheduler's pace, and the op's issue slots at the FP32 rate over the occupancy."""
     e, nin = d.itemsize_bytes, d.inputs
     vec, ept, block = int(k["vec"]), int(k["ept"]), int(k["block"])
     sms = P.sm_count(q)
     width = vec * e
+    slots = SLOTS[d.dtype][d.op]
     need, resident = launch_shape(d, k)
+    nvec = max(1, math.ceil(d.n / vec))
     if hidden:  # the compiler's registers: 16 + the loaded vectors, in 8-register granules
         regs = 16 + math.ceil(nin * ept * width / 4)
-        regs = 8 * math.ceil(regs / 8)
-        resident = max(1, min(resident, 65536 // (regs * block)))
+    else:  # the same, and the op's temporaries of the unrolled elements
+        regs = 16 + nin * ept * width / 4 + vec * ept * slots * REGS_PER_SLOT
+    regs = 8 * math.ceil(regs / 8)
+    resident = max(1, min(resident, 65536 // int(regs * block)))
+    cover = k["grid"] == "cover"
     g = grid_blocks(d, k, sms)
-    concurrent = min(g, sms * resident)
-    inflight = concurrent * block * ept * width * nin / sms
+    per_sm = g / sms
+    rounds = max(1.0, per_sm / resident) if cover else need / g  # waves of blocks, or loop iterations
+    whole = math.ceil(rounds - 1e-9)
+    ept_eff = min(ept, math.ceil(nvec / block))  # vectors the first block's threads really load
     nbytes = d.bytes_moved
-    t_mem = P.stream_us(q, nbytes, nbytes, width, "copy") / P.inflight_efficiency(q, inflight)
-    if g >= sms:
-        waves = g / (sms * resident)
-        t_mem *= 1 + 0.3 * (P.imbalance(g, sms) - 1) if waves < 4 else 1.0
-    flops = d.n * FLOPS[d.op] * (2 if d.dtype == "float64" else 1)
-    t_cmp = flops / (q("compute.fp32.fma_tflops", P.DEFAULTS["compute.fp32.fma_tflops"]) * 1e6)
-    t = P.fixed_us(q) + max(t_mem, t_cmp)
+    cap = q("memory.l2.capacity_bytes", P.DEFAULTS["memory.l2.capacity_bytes"]) * L2_SHARE
+    end = cap * L2_RAMP
+    f = 1.0 if nbytes <= cap else 0.0 if nbytes >= end else (end - nbytes) / (end - cap)
+    dram16 = P.dram_gbps(q, "copy", 16)
+    dram = P.dram_gbps(q, "copy", width)
+    l2_16 = q("memory.l2.read_bandwidth_gbps", P.DEFAULTS["memory.l2.read_bandwidth_gbps"])
+    l2 = l2_16 * (dram / dram16) ** L2_WIDTH_EXP
+    t_bw = nbytes * (f / (l2 * 1e3) + (1 - f) / (dram * 1e3))
+    # the latency Little's law gives: the bytes in flight per SM that reach the bandwidth, over it
+    inflight = q("memory.bytes_in_flight_per_sm", P.DEFAULTS["memory.bytes_in_flight_per_sm"])
+    lat = sms * inflight * (f / (l2_16 * 1e3) + (1 - f) / (dram16 * 1e3))
+    tflops = q("compute.fp32.fma_tflops", P.DEFAULTS["compute.fp32.fma_tflops"])
+    clock_ghz = tflops * 1e3 / (sms * 256)  # 128 FP32 lanes per SM, 2 flops per FMA
+    per_element = ELEMENT_US + DEP_CYCLES * slots / (clock_ghz * 1e3)
+    life = lat + per_element * vec * ept_eff + (BLOCK_US if cover else 0.0)
+    t_mem = _smax(t_bw, rounds * life) * (1 + (TAIL_COVER if cover else TAIL_STRIDE) * (whole / rounds - 1))
+    if cover:
+        t_mem = max(t_mem, per_sm * DISPATCH_US)
+    else:
+        t_mem += BLOCK_US
+    threads = min(resident, math.ceil(per_sm)) * block
+    occupancy = min(1.0, threads / OCCUPANCY_THREADS)
+    t_cmp = d.n * (slots + INDEX_SLOTS * (nin + 1) / vec) / (tflops * 0.5e6) / occupancy
+    t = FLOOR * P.fixed_us(q) + max(t_mem, t_cmp)
     if hidden:
         t += 0.004 * g / sms + 0.01 * math.ceil(need / g)
     return t
