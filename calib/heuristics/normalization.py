@@ -91,48 +91,85 @@ def norm_gbps(q, width: int) -> float:
     return q(f"normalization.load_bandwidth_gbps.align{w}", P.dram_gbps(q, "copy", w) * 0.93)
 
 
-def model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
-    e, rows, cols = d.itemsize_bytes, d.rows, d.cols
-    threads, vec, buf = int(k["threads"]), int(k["vec"]), int(k["buffer"])
-    sms = P.sm_count(q)
+# Empirical constants of the time model, each fitted to the even-indexed problems of the H200
+# evaluation of 2026-12-01 (bench/results/2026-12-01-h200-heuristics-seed0, every candidate's device
+# time; the odd-indexed problems held out): the rest of the model reads the profile.
+REGS_PER_LOAD = 2.5  # registers per vector load of the persistent buffer (address, predicate) beyond the
+#                      buffer itself: the smallest value under which no candidate that failed to launch
+#                      on the H200 (too many registers for its block) is predicted to launch
+FIXED_SHARE = 0.69  # of memory.dram.fixed_cost_us: a one-block kernel's fixed cost (3.4-3.6 us measured)
+LATENCY_SCALE = 1.81  # a block's load latency in units of the profile's Little's-law latency
+#                       (bytes_in_flight_per_sm / per-SM read bandwidth): 0.68 us on the H200
+SM_CEILING = 2.07  # one SM streams at most this many times its share of the DRAM read bandwidth
+BLOCK_US = 0.049  # an SM starts and retires a block in this long at best (short rows: 81 ns per row)
+REDUCE_US = 0.34  # two block reductions of 1024 threads (scaled by the threads)
+ELEMENT_US = 0.013  # per element a thread normalizes (exp or square, scale, convert)
+LOAD_US = 0.022  # per vector load a thread issues
+L2_FOOTPRINT = 2.94  # L2 bytes a multi-pass row in flight occupies per byte of it (its reads, writes, others')
+SPILL_BYTES = 1.22  # local-memory bytes moved per spilled byte ...
+SPILL_GROWTH = 1.70  # ... growing as (1 + spilled / budget) ** SPILL_GROWTH (past L1, into L2)
+MACHINE_NORM = 2.61  # the per-SM and the machine-wide (DRAM) times combine as a p-norm of this p
+
+
+def registers(d, k, q) -> tuple[float, float]:
+    """(registers per thread the kernel needs, registers past the spill budget): the profile's
+    overhead plus the buffer and its loads' addresses; the spill budget is the registers the
+    calibration kernel had at ``normalization.max_persistent_elements_per_thread``."""
     overhead = q("normalization.additional_registers", P.DEFAULTS["normalization.additional_registers"])
     max_buf = q("normalization.max_persistent_elements_per_thread",
                 P.DEFAULTS["normalization.max_persistent_elements_per_thread"])
+    vec, buf = int(k["vec"]), int(k["buffer"])
+    if k["strategy"] == "persistent":
+        regs = overhead + buf + REGS_PER_LOAD * buf / vec
+    else:  # one vector in flight per loop step: the H200 ran every multi-pass kernel at 2048 threads per SM
+        regs = overhead + vec * d.itemsize_bytes / 4
+    return regs, max(0.0, regs - (overhead + max_buf))
+
+
+def model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
+    """A block per row. Per SM: the blocks resident at once (registers, threads, 32 at most)
+    each live a chain of latencies (a load latency per pass of loads in flight, reductions, the
+    per-thread work), plus the SM's streaming ceiling for the bytes it reads and its spills; the
+    machine: DRAM (or L2) bandwidth for every byte, the multi-pass second read from L2 while the
+    rows in flight fit there. The busiest SM has ceil(rows / SMs) rows."""
+    e, rows, cols = d.itemsize_bytes, d.rows, d.cols
+    threads, vec = int(k["threads"]), int(k["vec"])
+    sms = P.sm_count(q)
     persistent = k["strategy"] == "persistent"
-    regs = overhead + (buf if persistent else 4 * vec)
+    regs, spilled = registers(d, k, q)
     if hidden:
         regs += 2 if persistent else 0
-    spilled = max(0.0, buf - max_buf) if persistent else 0.0
-    regs = min(255, 8 * math.ceil(regs / 8))
-    bps = min(32, 2048 // threads, 65536 // (regs * threads))
-    if bps < 1:
+    alloc = min(255, 8 * math.ceil(min(regs, 255) / 8))
+    if alloc * threads > 65536:  # the block cannot launch
         return math.inf
-    per_thread_bytes = (buf if persistent else UNROLL * vec) * e
-    concurrent = min(rows, sms * bps)
-    inflight = concurrent * threads * per_thread_bytes / sms
-    eff = P.inflight_efficiency(q, inflight)
-    width = vec * e
-    bw = norm_gbps(q, width) * 1e3
+    bps = min(32, 2048 // threads, 65536 // (alloc * threads))
+    per_sm = math.ceil(rows / sms)
+    resident = min(bps, per_sm)
+    row_bytes = cols * e
+    read = q("memory.dram.read_bandwidth_gbps", P.DRAM_DEFAULT_GBPS) * 1e3  # bytes per us
+    need = q("memory.bytes_in_flight_per_sm", P.DEFAULTS["memory.bytes_in_flight_per_sm"])
+    latency = LATENCY_SCALE * need / (read / sms)
     l2 = q("memory.l2.read_bandwidth_gbps", P.DEFAULTS["memory.l2.read_bandwidth_gbps"]) * 1e3
-    l2 *= norm_gbps(q, width) / norm_gbps(q, 16)
+    bw = norm_gbps(q, vec * e) * 1e3
     total = d.bytes_moved
     f = P.l2_fraction(q, total)
-    t_mem = total * (f / l2 + (1 - f) / bw) / eff
-    if not persistent:  # the second read: from L2 when the rows in flight fit
-        again = rows * cols * e
-        in_flight_rows = concurrent * cols * e
-        g = P.l2_fraction(q, in_flight_rows) * (0.9 if hidden else 1.0)
-        g = max(g, f)
-        t_mem += again * (g / l2 + (1 - g) / bw) / eff
+    per_thread = math.ceil(cols / threads)
+    life = 2 * REDUCE_US * threads / 1024 + ELEMENT_US * per_thread + LOAD_US * math.ceil(per_thread / vec)
+    t_machine = total * (f / l2 + (1 - f) / bw)
+    reads = row_bytes
+    if persistent:
+        life += latency
+    else:
+        life += math.ceil(cols / (threads * UNROLL * vec)) * latency
+        in_flight = min(rows, sms * bps) * row_bytes * L2_FOOTPRINT
+        g = max(P.l2_fraction(q, in_flight) * (0.9 if hidden else 1.0), f)
+        t_machine += rows * row_bytes * (g / l2 + (1 - g) / bw)
+        reads += row_bytes
     if spilled:
-        t_mem *= 1 + 2.0 * spilled / buf
-    waves = math.ceil(rows / (sms * bps))
-    t_sync = waves * 2 * (0.3 + 0.05 * math.log2(threads)) / min(bps, 4)
-    if waves < 4 and rows >= sms:
-        t_mem *= 1 + 0.3 * (P.imbalance(rows, sms) - 1)
-    flops = rows * cols * (10 if d.op == "softmax" else 8)
-    t_cmp = flops / (q("compute.fp32.fma_tflops", P.DEFAULTS["compute.fp32.fma_tflops"]) * 1e6)
-    t = P.fixed_us(q) + max(t_mem, t_cmp) + t_sync
+        budget = regs - spilled
+        reads += threads * spilled * 4 * SPILL_BYTES * (1 + spilled / budget) ** SPILL_GROWTH
+    t_sm = math.ceil(per_sm / resident) * life + per_sm * BLOCK_US + per_sm * reads / (read / sms * SM_CEILING)
+    t = FIXED_SHARE * P.fixed_us(q) + (t_sm ** MACHINE_NORM + t_machine ** MACHINE_NORM) ** (1 / MACHINE_NORM)
     if hidden:
         t += 0.004 * rows / sms
     return t
@@ -319,6 +356,9 @@ def _names(dtype):
             v = w // e
             out += [f"persistent_norm<{CTYPE[dtype]},{b},{v},{op}>" for b in BUFFERS if b % v == 0]
             out.append(f"multipass_norm<{CTYPE[dtype]},{v},{op}>")
+        if e > 1:  # rows of odd length in fp16: the space falls back to one element per access
+            out += [f"persistent_norm<{CTYPE[dtype]},{b},1,{op}>" for b in BUFFERS]
+            out.append(f"multipass_norm<{CTYPE[dtype]},1,{op}>")
     return out
 
 
