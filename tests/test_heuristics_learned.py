@@ -25,7 +25,7 @@ def prof(sim):
 def op_true_us(nbytes, q):
     """A library op that runs 1.7x below DRAM peak, 2.1x below L2's, with 7 us of fixed cost and
     the simulated device's own L2 ramp; plus a wave tail the learned model does not have."""
-    f = P.l2_fraction(q, nbytes)
+    f = P.streamed_l2_fraction(q, nbytes)
     dram = q("memory.dram.copy_bandwidth_gbps.align16") / 1.7 * 1e3
     l2 = q("memory.l2.read_bandwidth_gbps") / 2.1 * 1e3
     blocks = max(1, nbytes // (256 * 16))
@@ -69,13 +69,13 @@ def test_interval_covers_truth_over_seeds(prof):
         q = truth_q(sim)
 
         def measure(b, sim=sim, q=q):
-            f = P.l2_fraction(q, b)
+            f = P.streamed_l2_fraction(q, b)
             t = 5.0 + b * (f / 4e6 + (1 - f) / 2.5e6)
             return Measurement(sim.sample_matrix(np.array([t]), 10)[0], stop_reason="max_samples")
 
         m = L.learn("cov", measure=measure, profile=prof)
         b = 3e9
-        f = P.l2_fraction(q, b)
+        f = P.streamed_l2_fraction(q, b)
         truth = 5.0 + b * (f / 4e6 + (1 - f) / 2.5e6)
         lo, hi = m.predict(b).ci95
         hits += lo <= truth <= hi

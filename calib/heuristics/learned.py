@@ -7,8 +7,9 @@ sizes, where the rate is L2's, and launch-bound ones, where the fixed cost is ev
 model here is the kernel's own three numbers, with the profile's knowledge of *where* the memory
 levels change:
 
-- the share of the bytes L2 serves at each size is the profile's (``memory.l2.capacity_bytes``
-  and ``...ramp_end``, :func:`calib.heuristics.predictor.l2_fraction`), not a fit;
+- the share of the bytes L2 serves at each size comes from the profile's L2 capacity
+  (``memory.l2.capacity_bytes``; :func:`calib.heuristics.predictor.streamed_l2_fraction`: a
+  working set streamed once per call loses L2 just past the capacity), not a fit;
 - ``t0``, ``r_DRAM`` and ``r_L2`` are fitted by weighted least squares over every *sample*
   (weights ``1/t²``: timing noise is proportional to time), with classical standard errors and
   Student-t intervals. With three sizes the residual degrees of freedom come from the samples,
@@ -56,7 +57,7 @@ class LearnedModel:
                 "memory.l2.capacity_bytes.ramp_end": self.l2_ramp_end_bytes}.get(name, default)
 
     def predict_us(self, nbytes: float) -> float:
-        f = P.l2_fraction(self._q, nbytes)
+        f = P.streamed_l2_fraction(self._q, nbytes)
         return self.t0_us + nbytes * (f / (self.l2_rate_gbps * 1e3) + (1 - f) / (self.rate_gbps * 1e3))
 
     def predict(self, nbytes: float) -> P.Prediction:
@@ -140,7 +141,7 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
     q = P.q_of(profile)
     rows, ys = [], []
     for b, s in zip(nbytes, samples_us):
-        f = P.l2_fraction(q, float(b))
+        f = P.streamed_l2_fraction(q, float(b))
         for t in np.asarray(s, dtype=float).ravel():
             if math.isfinite(t) and t > 0:
                 rows.append((1.0, b * (1 - f) / 1e3, b * f / 1e3))

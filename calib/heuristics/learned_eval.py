@@ -63,7 +63,7 @@ def evaluate_ops(backend: str = "cupy", *, points: int = 12, max_bytes: float = 
 
         def sim_op(slow_dram, slow_l2, t0):
             def true(b):
-                f = P.l2_fraction(q, b)
+                f = P.streamed_l2_fraction(q, b)
                 return t0 + b * (f / (q("memory.l2.read_bandwidth_gbps") / slow_l2 * 1e3)
                                  + (1 - f) / (q("memory.dram.copy_bandwidth_gbps.align16") / slow_dram * 1e3))
 
