@@ -114,7 +114,12 @@ def grid_blocks(d, k, sms: int) -> int:
 #   its elements are unrolled (exp and sigmoid at 8-16 elements per thread lost occupancy);
 # - OCCUPANCY_THREADS: the resident threads per SM that hide the ALU latency of exp and sigmoid;
 # - INDEX_SLOTS: issue slots per vector access for its address and bounds (1-2 byte accesses of the
-#   compute-heavy ops ran slower than wide ones at equal bytes).
+#   compute-heavy ops ran slower than wide ones at equal bytes);
+# - STRIDE_DRAM: DRAM traffic of a grid-stride loop costs that much more than a cover grid's: its
+#   persistent blocks drift apart, so the DRAM pages they touch at once are spread over the tensor, while a
+#   cover grid's blocks start in order and keep its accesses in a compact window (the 19 rows of
+#   > 60 MB: the best grid-stride candidate 1-10% slower than the best cover one, median 4.2%, at
+#   every ept and block; within 1% on the L2-resident rows, so it is DRAM's, not the loop's).
 FLOOR = 0.62
 BLOCK_US = 0.56
 DISPATCH_US = 0.32
@@ -127,6 +132,7 @@ TAIL_COVER, TAIL_STRIDE = 0.3, 0.79
 REGS_PER_SLOT = 0.021
 OCCUPANCY_THREADS = 1024.0
 INDEX_SLOTS = 12.9
+STRIDE_DRAM = 0.05
 # fp32 issue slots per element (the FMA pipe's rate, ``compute.fp32.fma_tflops`` / 2): the cheap ops
 # are a conversion and an op; expf (range reduction, ex2, scaling) and sigmoid (expf and an IEEE
 # divide) from the compute-bound H200 rows of 2026-12-01 (fp16 sigmoid of 71M and 196M elements at
@@ -174,6 +180,8 @@ def model_us(d: PointwiseDescriptor, k, q, hidden: bool = False) -> float:
     dram = P.dram_gbps(q, "copy", width)
     l2_16 = q("memory.l2.read_bandwidth_gbps", P.DEFAULTS["memory.l2.read_bandwidth_gbps"])
     l2 = l2_16 * (dram / dram16) ** L2_WIDTH_EXP
+    if not cover:  # a grid-stride loop's blocks drift apart: their DRAM accesses are spread wider
+        dram /= 1 + STRIDE_DRAM
     t_bw = nbytes * (f / (l2 * 1e3) + (1 - f) / (dram * 1e3))
     # the latency Little's law gives: the bytes in flight per SM that reach the bandwidth, over it
     inflight = q("memory.bytes_in_flight_per_sm", P.DEFAULTS["memory.bytes_in_flight_per_sm"])
