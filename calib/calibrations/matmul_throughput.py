@@ -298,10 +298,7 @@ def measure(b, config: dict):
 
     # A noisy point would otherwise keep sampling for up to the rule's budget, heat the GPU into the
     # power cap and get noisier still: at most BUDGET_S of matmul per point.
-    # And as few samples as settle (batches of 5): TF32 at large K reached the cap within 13-20
-    # launches, so a point of 5 + 3 warm-up launches ends before it (20 ms at K = 8192).
-    rule = dataclasses.replace(b.rule, budget_s=min(b.rule.budget_s, BUDGET_S), batch=min(b.rule.batch, 5),
-                               min_samples=min(b.rule.min_samples, 5))
+    rule = dataclasses.replace(b.rule, budget_s=min(b.rule.budget_s, BUDGET_S))
     line, work = (dtype_name, m, n), 2.0 * m * n * k
     floor = _FASTEST.get(line) if k >= FIT_K_MIN else None
 
