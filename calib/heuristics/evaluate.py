@@ -208,7 +208,10 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
         make_case = lambda d: gpu.case(fam, d)  # noqa: E731
         timer = gpu.timer
         persist = True
-    tuner = Autotuner(device, software, protocol={"evaluation": "calib heuristics evaluate", "backend": backend},
+    # device time since 2026-12-01 (held batches): entries timed before are stale, not reused as if alike
+    timing = "device time, held batches, warm L2" if backend == "cupy" else backend
+    tuner = Autotuner(device, software, protocol={"evaluation": "calib heuristics evaluate", "backend": backend,
+                                                  "timer": timing},
                       url=db, persist=persist, policy="use")
     rows, started = [], _time.perf_counter()
     stopped_early = None

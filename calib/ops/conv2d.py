@@ -27,6 +27,7 @@ import math
 from .._lazy import lazy
 from ..autotune.descriptors import dtype_name
 from ..backends.base import UnsupportedConfig
+from . import timer
 from .timer import SPIN_UP_S, WARMUP_S, cuda_timer  # noqa: F401 - cuda_timer: this module's timer
 
 np = lazy("numpy")
@@ -392,6 +393,7 @@ def select_algorithm(d: Conv2dDescriptor, autotuner, *, x=None, w=None, algorith
         return autotuner.select(FAMILY, d, algorithms, time=time, check=check, early_stop=early_stop, rounds=ROUNDS)
     finally:
         state.clear()
+        timer.release()  # the L2 flush buffer (twice the L2) is not kept between misses
         _cp().get_default_memory_pool().free_all_blocks()
 
 

@@ -64,7 +64,8 @@ def _device_state(cp) -> dict:
 
 
 def release():
-    """Free the flush buffers (a caller about to measure memory headroom wants them gone)."""
+    """Drop the flush buffers (twice the L2 each), so that a process that is done timing does not
+    keep them; the next timing with ``flush_l2`` allocates again."""
     for st in _state.values():
         st["flush"] = None
 
