@@ -24,8 +24,12 @@ The conclusion on the H200: an external split almost never pays. Split 1 was the
 split), fp32 up to 16x; the five exceptions are fp32 outputs of 16 rows with a long K, 3-21% faster
 split, which the model does not resolve (the heuristic then loses up to 17%, as the library op
 does). Replay of that file: heuristic geomean 0.996 of the exhaustive best (0.441 before), worst
-0.828; predictor median |error| 10% (split 1: 6.5% on the even rows it was tuned on, 12% on the odd
-rows), split > 1 candidates median 22%.
+0.828. Split 1's constants were then refitted on that file and a second host's recording of the same
+problems (...-after, each with its host's profile), with 100 other problems (...-after/seed1) held
+out: predictor median |error| (the heuristic's choice, split 1 nearly always) 10.1/11.1% -> 7.0/7.7%
+on the two fitted, 10.3% -> 9.6% held out (p90 21/21/28%, worst 30/28/49%); split > 1 candidates
+median 20-21%. Left: tiny launch-bound problems (cuBLAS's kernel choice at 5-9 us; held-out
+memory-bound median 12.7%) and the m = 16 fp32 cases, which need the batched path within 5%.
 """
 
 from __future__ import annotations
@@ -77,39 +81,52 @@ def space(d: SplitKDescriptor) -> list[Knobs]:
     return [Knobs(split=s) for s in SPLITS if d.k % s == 0 and (s == 1 or d.k // s >= MIN_K_PER_SLICE)]
 
 
-# Empirical constants of cuBLAS on the H200 (CuPy 14.2, CUDA 13.2), fitted on the even-indexed rows of
-# bench/results/2026-12-01-h200-heuristics-seed0/heuristics-matmul_splitk.json (2026-12-01); the odd rows
-# were held out. Rates are fractions of the profile's own peaks, so another GPU scales them.
-GEMM_EFFICIENCY = {"tensor": 0.92, "simt": 0.76}  # cuBLAS's asymptotic share of the profile's peak
+# Empirical constants of cuBLAS on the H200 (CuPy 14.2, CUDA 13.2), fitted to split 1 of two recordings of the
+# same 100 problems on two hosts, each with its own host's profile (2026-12-01): bench/results/
+# 2026-12-01-h200-heuristics-seed0 (profile-call3-full.json) and ...-after (profile-call5-full.json); the 100
+# problems of ...-after/seed1 were held out. Rates are fractions of the profile's own peaks, so another GPU
+# scales them.
+GEMM_EFFICIENCY = {"tensor": 0.99, "simt": 0.72}  # cuBLAS's asymptotic share of the profile's peak
 BATCHED_SIMT_EFFICIENCY = 0.60  # CuPy's batched path: gemmStridedBatchedEx in FP32 on the CUDA cores
-MIN_TILE = {"tensor": 16, "simt": 64}  # the narrowest output tile a dimension is padded to (128 at most)
-K_PER_UNIT = 128  # cuBLAS (stream-K / split-K inside) spreads few output tiles over K in units of this
-INTERNAL_SPLIT_K = 2048  # from this K on, a few-tile GEMM pays cuBLAS's own reduction: a second launch
-GEMM_EXTRA_FIXED_US = 1.4  # a cuBLAS launch beyond the profile's kernel fixed cost
-DRAM_EFFICIENCY = 0.86  # of the read bandwidth, for a GEMM streaming its operands once
+MIN_TILE = {"tensor": 16, "simt": 32}  # the narrowest output tile a dimension is padded to (128 at most)
+# cuBLAS's FP32 tiles narrower than 64 (an output of 16 or 32 rows or columns) run at this share of the wide
+# tiles' rate: 16x2704x56576 took 307 us, 16x3488x12544 111 us, 3440x32x4352 40 us (2026-12-01), where the
+# wide-tile rate over a 32-wide pad predicts 1.6-1.7x less and a 64-wide pad 1.2-1.4x more
+NARROW_SIMT_EFFICIENCY = 0.59
+K_PER_UNIT = 64  # cuBLAS (stream-K / split-K inside) spreads few output tiles over K in units of this ...
+MAX_INTERNAL_SPLIT = 64  # ... into at most this many: 16x16x27392 fp32 took 16.9 us, 32x16x12288 13.7 us,
+# 64x256x13056 23.1 us (2026-12-01), 1.3x what spreading one or two tiles over all 132 SMs predicts
+INTERNAL_SPLIT_K = 1024  # from this K on, a few-tile GEMM pays cuBLAS's own reduction: a second launch
+# (fp16 16x48x1536 7.5 us and 144x96x1792 8.7 us, where K = 256..512 ran in 5.2-5.7 us)
+INTERNAL_SPLIT_COST = 0.6  # that reduction, in units of the profile's kernel fixed cost
+GEMM_EXTRA_FIXED_US = 1.6  # a cuBLAS launch beyond the profile's kernel fixed cost
+DRAM_EFFICIENCY = 0.93  # of the read bandwidth, for a GEMM streaming its operands once
 TRANSPOSE_EFFICIENCY = 0.2  # CuPy's strided copy of the transposed K-slices, of the copy bandwidth
 
 
 def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str, efficiency: float,
             batch: int = 1) -> float:
     """One cuBLAS GEMM launch (``batch`` products of (m, k) by (k, n)): the padded output tiles'
-    flops at ``efficiency`` of the tensor or FP32 rate, spread over the SMs as far as the tiles
-    times K in units of :data:`K_PER_UNIT` allow (cuBLAS's own split-K/stream-K), or the operands
-    at DRAM speed if slower; plus the fixed costs (and cuBLAS's own reduction for a few-tile,
-    long-K product)."""
+    flops at ``efficiency`` of the tensor or FP32 rate (less for a narrow FP32 tile), spread over
+    the SMs as far as the tiles times K in units of :data:`K_PER_UNIT` (at most
+    :data:`MAX_INTERNAL_SPLIT` per tile) allow (cuBLAS's own split-K/stream-K), or the operands at
+    DRAM speed if slower; plus the fixed costs (and cuBLAS's own reduction for a few-tile, long-K
+    product)."""
     sms = P.sm_count(q)
     name = RATE["float16"] if path == "tensor" else RATE["float32"]
     rate = q(name, P.DEFAULTS.get(name, 100.0)) * 1e6 * efficiency  # flop per us
     tile_m = min(TILE, max(MIN_TILE[path], 1 << max(0, math.ceil(math.log2(m)))))
     tile_n = min(TILE, max(MIN_TILE[path], 1 << max(0, math.ceil(math.log2(n)))))
+    if path == "simt" and min(tile_m, tile_n) < 64:
+        rate *= NARROW_SIMT_EFFICIENCY
     tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n) * batch
-    util = min(1.0, tiles * max(1.0, k / K_PER_UNIT) / sms)
+    util = min(1.0, tiles * min(MAX_INTERNAL_SPLIT, max(1.0, k / K_PER_UNIT)) / sms)
     t_mm = 2.0 * tile_m * tile_n * tiles * k / rate / util
     nbytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
     t_mem = nbytes / (P.dram_gbps(q, "read", 16) * 1e3 * DRAM_EFFICIENCY)
     t = P.fixed_us(q) + GEMM_EXTRA_FIXED_US + max(t_mm, t_mem)
     if tiles < sms and k >= INTERNAL_SPLIT_K:
-        t += P.fixed_us(q) * 0.7
+        t += P.fixed_us(q) * INTERNAL_SPLIT_COST
     return t
 
 
