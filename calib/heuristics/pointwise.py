@@ -90,17 +90,30 @@ def grid_blocks(d, k, sms: int) -> int:
     return need if k["grid"] == "cover" else max(1, min(need, int(k["grid"]) * sms))
 
 
-# Empirical constants of the model, from the H200 evaluation of 2026-12-01 (seed 0, every candidate
-# of 100 problems timed; tuned on the even-indexed rows, checked on the odd ones):
-# - FLOOR: a launch that moves next to nothing took 3.2-3.4 us event-timed, 0.62 of the DRAM read
-#   line's intercept (``memory.dram.fixed_cost_us``, 4.13 us, which holds a DRAM latency and the
-#   pipe's fill besides the launch);
+# Empirical constants of the model, from the H200 evaluations of 2026-12-01 (seed 0, every candidate
+# of 100 problems timed), refitted jointly on two hosts' recordings of those problems, each with its
+# own host's full-suite profile (bench/results/2026-12-01-h200-heuristics-seed0 with
+# profile-call3-full.json, ...-after with profile-call5-full.json), and checked on 100 held-out
+# problems (...-after/seed1):
+# - FLOOR: a launch that moves next to nothing took 3.17 us event-timed on host 1 and 3.23 on host 2,
+#   0.62 of the DRAM read line's intercept (``memory.dram.fixed_cost_us``, 4.24 and 4.43 us, which
+#   holds a DRAM latency and the pipe's fill besides the launch; refitted on both: 0.62 still);
 # - BLOCK_US: a block's own start and retirement (a one-element-per-thread cover grid of 128-thread
-#   blocks on L2-resident data ran ~0.56 us per wave of resident blocks above its latency);
-# - DISPATCH_US: the block scheduler's pace per SM (cover grids of ~50k 128-thread blocks took
-#   ~0.3 us per block per SM whatever they moved);
-# - ELEMENT_US, DEP_CYCLES: a thread's elements are worked one after another: small launches grew
-#   by ~0.1 us per element a thread handles, plus ~2.7 dependent cycles per issue slot of the op;
+#   blocks on L2-resident data ran ~0.5 us per wave of resident blocks above its latency);
+# - DISPATCH_US, THREAD_US: the pace at which an SM takes new blocks of a cover grid, the slower of
+#   a block's dispatch and its threads' start: the fastest cover grids of hundreds to thousands of
+#   blocks per SM took 0.080 us per 128-thread block, 0.112 per 256 and 0.245 per 512 per SM (both
+#   hosts alike), so a block at most 0.083 us and 0.59 ns per thread (fitted);
+# - ELEMENT_US, DEP_CYCLES: a thread's vectors are worked one after another: small launches grew
+#   by ~0.1 us per vector a thread loads (not per element: wide vectors cost no more issue latency),
+#   plus ~2.2 dependent cycles per issue slot of the op and element;
+# - LAT_SHARE: the memory latency is Little's law over ``memory.bytes_in_flight_per_sm``, which the
+#   occupancy calibration's three-limit model now puts at 18.4-18.9 kB on both hosts (13.2 kB under the
+#   model the first fit used); 0.74 of it is the latency a pointwise block waits;
+# - HALF_UNROLL_SLOTS: float16 candidates of more than one vector per thread ran slower than float32
+#   ones at equal bytes (the __half vectors' unrolled conversion code): fp16 sigmoid of 196M elements
+#   (compute-bound) took +11 issue slots per element at ept 2 and +20 at ept 4, fp16 exp of 37M the same
+#   per element, so 11.2 slots per doubling of ept (relu fp16 vec 8 at 3.7 MB: ept 2 1.3x, ept 4 1.7x);
 # - L2_SHARE, L2_RAMP: a pointwise working set (inputs and the written output) stays in L2 up to 0.9
 #   of ``memory.l2.capacity_bytes`` (41 MB) and is served from DRAM past 1.125 of it (52 MB), far
 #   earlier than the read-only ramp's end: 54 MB ran at the DRAM copy bandwidth;
@@ -121,18 +134,20 @@ def grid_blocks(d, k, sms: int) -> int:
 #   > 60 MB: the best grid-stride candidate 1-10% slower than the best cover one, median 4.2%, at
 #   every ept and block; within 1% on the L2-resident rows, so it is DRAM's, not the loop's).
 FLOOR = 0.62
-BLOCK_US = 0.56
-DISPATCH_US = 0.32
+BLOCK_US = 0.47
+DISPATCH_US, THREAD_US = 0.083, 0.00059
 ELEMENT_US = 0.097
-DEP_CYCLES = 2.74
+DEP_CYCLES = 2.16
 L2_SHARE, L2_RAMP = 0.9, 1.25
 L2_WIDTH_EXP = 3.1
 SMOOTH = 3.0
-TAIL_COVER, TAIL_STRIDE = 0.3, 0.79
+TAIL_COVER, TAIL_STRIDE = 0.29, 0.91
 REGS_PER_SLOT = 0.021
 OCCUPANCY_THREADS = 1024.0
 INDEX_SLOTS = 12.9
 STRIDE_DRAM = 0.05
+HALF_UNROLL_SLOTS = 11.2
+LAT_SHARE = 0.74
 # fp32 issue slots per element (the FMA pipe's rate, ``compute.fp32.fma_tflops`` / 2): the cheap ops
 # are a conversion and an op; expf (range reduction, ex2, scaling) and sigmoid (expf and an IEEE
 # divide) from the compute-bound H200 rows of 2026-12-01 (fp16 sigmoid of 71M and 196M elements at
@@ -158,6 +173,8 @@ def model_us(d: PointwiseDescriptor, k, q, hidden: bool = False) -> float:
     sms = P.sm_count(q)
     width = vec * e
     slots = SLOTS[d.dtype][d.op]
+    if d.dtype == "float16" and not hidden:  # the __half unrolled code (the simulated device has none)
+        slots += HALF_UNROLL_SLOTS * math.log2(ept)
     need, resident = launch_shape(d, k)
     nvec = max(1, math.ceil(d.n / vec))
     if hidden:  # the compiler's registers: 16 + the loaded vectors, in 8-register granules
@@ -185,14 +202,14 @@ def model_us(d: PointwiseDescriptor, k, q, hidden: bool = False) -> float:
     t_bw = nbytes * (f / (l2 * 1e3) + (1 - f) / (dram * 1e3))
     # the latency Little's law gives: the bytes in flight per SM that reach the bandwidth, over it
     inflight = q("memory.bytes_in_flight_per_sm", P.DEFAULTS["memory.bytes_in_flight_per_sm"])
-    lat = sms * inflight * (f / (l2_16 * 1e3) + (1 - f) / (dram16 * 1e3))
+    lat = LAT_SHARE * sms * inflight * (f / (l2_16 * 1e3) + (1 - f) / (dram16 * 1e3))
     tflops = q("compute.fp32.fma_tflops", P.DEFAULTS["compute.fp32.fma_tflops"])
     clock_ghz = tflops * 1e3 / (sms * 256)  # 128 FP32 lanes per SM, 2 flops per FMA
-    per_element = ELEMENT_US + DEP_CYCLES * slots / (clock_ghz * 1e3)
-    life = lat + per_element * vec * ept_eff + (BLOCK_US if cover else 0.0)
+    per_element = DEP_CYCLES * slots / (clock_ghz * 1e3)
+    life = lat + (ELEMENT_US + per_element * vec) * ept_eff + (BLOCK_US if cover else 0.0)
     t_mem = _smax(t_bw, rounds * life) * (1 + (TAIL_COVER if cover else TAIL_STRIDE) * (whole / rounds - 1))
     if cover:
-        t_mem = max(t_mem, per_sm * DISPATCH_US)
+        t_mem = max(t_mem, per_sm * max(DISPATCH_US, block * THREAD_US))
     else:
         t_mem += BLOCK_US
     threads = min(resident, math.ceil(per_sm)) * block
