@@ -39,7 +39,7 @@ def test_normalization_space_is_launchable_and_reads_the_register_parameters(sim
                                                         "dtype": "float16"})], sim_prof)
     assert {"normalization.additional_registers", "normalization.max_persistent_elements_per_thread",
             "normalization.load_bandwidth_gbps.align16", "memory.bytes_in_flight_per_sm", "device.sm_count",
-            "memory.l2.capacity_bytes", "memory.l2.read_bandwidth_gbps", "memory.dram.fixed_cost_us"} <= names
+            "memory.l2.capacity_bytes", "memory.l2.read_bandwidth_gbps"} <= names
     assert all(n.startswith(("normalization.", "memory.", "device.", "compute.")) for n in names)
 
 
