@@ -39,7 +39,7 @@ def _group(s, config) -> bool:
     return True
 
 
-def reference_profile(seed: int, spec=None) -> Profile:
+def reference_profile(seed: int, spec=None, *, origin: str = "file", path: str = "reference.json") -> Profile:
     b = SimBackend(spec, seed=seed)
     device, software = b.fingerprint()
     records = {}
@@ -50,7 +50,7 @@ def reference_profile(seed: int, spec=None) -> Profile:
             configs = [c for c in module.plan("quick", l2_bytes=b.l2_bytes, memory_bytes=b.memory_bytes,
                                               sm_count=device["sm_count"]) if _group(s, c)]
             records[s.name] = calibrations.fit(s.calibration, frame_from(configs, b.measure(configs))).records[s.name]
-    return Profile(records, device=device, software=software, path="reference.json", origin="file")
+    return Profile(records, device=device, software=software, path=path, origin=origin)
 
 
 def drifted_spec(factor: float, names=NAMES) -> dict:
@@ -247,3 +247,32 @@ def test_a_threshold_per_sentinel(references, capsys, tmp_path):
         main([*argv, "--threshold", "two percent"])
     assert refused.value.code == 2
     assert "NAME=FRACTION" in capsys.readouterr().err
+
+
+def test_against_a_shipped_profile_a_host_timed_difference_is_reported_not_drift(references):
+    """A shipped profile was measured on another host: its launch latency (host-timed) may differ
+    there alone, as one lent H200 host's 13.3 us against the shipped 11.85 us did (2026-12-01) while
+    DRAM, FP32 and bf16 agreed within 2%. A 10% latency change is then 'host differs' (exit 0);
+    against the user's own profile the same change is drift (exit 1), and a GPU-timed sentinel's
+    drift counts against a shipped profile as against any other."""
+    own = references[0]
+    shipped = reference_profile(10_000, origin="shipped", path="nvidia-h200.json")  # the same values
+    slow_host = drifted_spec(0.90, ["launch.latency_us"])
+    r = verify(shipped, backend="sim", sim_spec=slow_host, seed=60_000)
+    row = next(s for s in r.sentinels if s["name"] == "launch.latency_us")
+    assert row["status"] == "host differs" and row["ratio"] == pytest.approx(1.10, abs=0.02), format_report(r)
+    assert r.exit_code == 0 and "host differs" in format_report(r) and "calib run --notebook launch_latency" in \
+        format_report(r)
+    assert verify(own, backend="sim", sim_spec=slow_host, seed=60_000).drifted == ["launch.latency_us"]
+    slow_dram = drifted_spec(0.95, ["memory.dram.read_bandwidth_gbps"])
+    r = verify(shipped, backend="sim", sim_spec=slow_dram, seed=60_001)
+    assert r.drifted == ["memory.dram.read_bandwidth_gbps"] and r.exit_code == 1
+
+
+def test_a_profile_with_no_sentinel_verifies_nothing_and_says_so(references, capsys):
+    """It used to print 'result: CONSISTENT' and exit 0 with every sentinel 'not in profile'."""
+    own = references[0]
+    bare = Profile({}, device=own.device, software=own.software, path="bare.json", origin="file")
+    r = verify(bare, backend="sim", seed=61_000)
+    assert r.compared == [] and r.exit_code == 1
+    assert "NOTHING VERIFIED" in format_report(r)
