@@ -18,7 +18,9 @@ is wider than the threshold (the check cannot tell a change of that size), and *
 than a quarter of its samples' time was lost to interference: the estimates drop interfering
 samples, so a GPU time-sliced with another process still gives its undisturbed rates while every
 caller gets less (an H200 beside a process running matmuls, 2026-12-01: DRAM and FP32 estimates
-unchanged). Otherwise it is **consistent**. On a GPU, two runs' CIs (±0.1%) are narrower than
+unchanged). A host-timed sentinel (the launch latency) that drifted from a *shipped* profile,
+measured on another host, is **host differs**: reported, not counted. Otherwise it is
+**consistent**. A check in which no sentinel could be compared verifies nothing (exit 1). On a GPU, two runs' CIs (±0.1%) are narrower than
 run-to-run variation, so significance alone would flag every check; the material threshold is what
 keeps a quiet machine consistent.
 
