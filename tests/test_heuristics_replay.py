@@ -19,11 +19,32 @@ def recorded(tmp_path_factory):
     return res, path
 
 
-def test_every_usable_candidate_time_is_recorded(recorded):
+def test_the_replay_uses_the_recorded_times_not_its_own(recorded, tmp_path):
+    """Every candidate's time is read back from the file: make one candidate of the first problem
+    100x faster in the file and the replay's best for that problem is it, at that time."""
     res, _ = recorded
-    for row in res["rows"]:
-        assert len(row["times_us"]) == row["usable"]
-        assert min(row["times_us"].values()) == pytest.approx(row["best_us"]) and row["winner"] in row["times_us"]
+    edited = json.loads(json.dumps(res))
+    row = edited["rows"][0]
+    slowest = max(row["times_us"], key=row["times_us"].get)
+    row["times_us"][slowest] = min(row["times_us"].values()) / 100
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(edited))
+    again = E.evaluate("pointwise", backend=f"replay:{p}")
+    assert again["rows"][0]["best_us"] == pytest.approx(row["times_us"][slowest])
+    assert again["rows"][1]["best_us"] == pytest.approx(res["rows"][1]["best_us"])
+
+
+def test_the_replay_keeps_the_recordings_seed_simulated_mark_and_failed_problems(recorded, tmp_path):
+    res, _ = recorded
+    rec = json.loads(json.dumps(res))
+    rec["seed"] = 7
+    rec["rows"].append({"descriptor": {"op": "add", "n": 999, "dtype": "float32"}, "error": "out of memory: x"})
+    p = tmp_path / "with-failure.json"
+    p.write_text(json.dumps(rec))
+    again = E.evaluate("pointwise", backend=f"replay:{p}")
+    assert again["seed"] == 7 and again["simulated"] is True and "SIMULATED" in E.to_markdown(again)
+    assert again["failed"] == 1 and again["problems"] == again["evaluated"] + 1
+    assert any("failed when recorded: out of memory" in r.get("error", "") for r in again["rows"])
 
 
 def test_replay_reproduces_the_recorded_choices_and_their_times(recorded):
@@ -58,8 +79,12 @@ def test_a_choice_outside_the_recorded_candidates_counts_as_failed(recorded, tmp
     ('{"format": "calib.heuristics.evaluation", "version": 99, "kind": "pointwise", "rows": []}', "version 99"),
     ('{"format": "calib.heuristics.evaluation", "version": 1, "kind": "normalization", "rows": []}',
      "not 'pointwise'"),
-    ('{"format": "calib.heuristics.evaluation", "version": 1, "kind": "pointwise", "rows": [{"descriptor": {}}]}',
-     "times_us"),
+    ('{"format": "calib.heuristics.evaluation", "version": 1, "kind": "pointwise", "device": {}, "software": {}, '
+     '"rows": [{"descriptor": {}}]}', "times_us"),
+    ('{"format": "calib.heuristics.evaluation", "version": 1, "kind": "pointwise", "rows": []}', "no device"),
+    ('{"format": "calib.heuristics.evaluation", "version": 1, "kind": "pointwise", "device": null, "rows": []}',
+     "no device"),
+    ("[" * 100_000 + "]" * 100_000, "nests deeper"),
 ])
 def test_a_bad_recording_is_one_line_and_exit_2(tmp_path, capsys, content, words):
     p = tmp_path / "bad.json"
@@ -71,12 +96,20 @@ def test_a_bad_recording_is_one_line_and_exit_2(tmp_path, capsys, content, words
     assert words.split()[-1].strip("'") in err and "Traceback" not in err
 
 
-def test_negative_recorded_times_are_refused(recorded, tmp_path):
+@pytest.mark.parametrize("value", [-1.0, 0, True, "3.2", None, float("inf")])
+def test_recorded_times_that_are_not_positive_finite_numbers_are_refused(recorded, tmp_path, value):
     res, _ = recorded
     bad = json.loads(json.dumps(res))
     first = next(iter(bad["rows"][0]["times_us"]))
-    bad["rows"][0]["times_us"][first] = -1.0
-    p = tmp_path / "neg.json"
-    p.write_text(json.dumps(bad))
+    bad["rows"][0]["times_us"][first] = value
+    p = tmp_path / "bad-time.json"
+    p.write_text(json.dumps(bad))  # inf is written as Infinity, which json reads back
     with pytest.raises(R.ReplayError, match="not positive numbers"):
         R.load(p, "pointwise")
+
+
+def test_a_replay_refuses_a_database(recorded, capsys):
+    _, path = recorded
+    assert main(["heuristics", "evaluate", "--kind", "pointwise", "--backend", f"replay:{path}", "--db",
+                 "sqlite:///x.sqlite"]) == 2
+    assert "records nothing" in capsys.readouterr().err

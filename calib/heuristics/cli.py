@@ -60,6 +60,8 @@ def run_heuristics(args) -> int:
 
     if args.out:
         _check_out(args.out)  # before the evaluation, not after an hour of it
+    if args.db and args.backend.startswith("replay:"):
+        raise cli_args.BadArgument("--db with --backend replay: a replay times nothing and records nothing")
     if args.db:
         from ..autotune.storage import AutotuneDB
 

@@ -171,13 +171,23 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     fam = family(kind)  # an unknown kind: HeuristicError
     backend = resolve_backend(backend)
     gen_kw = {} if max_bytes is None else {"max_bytes": max_bytes}
-    replayed = None
+    replayed, recorded_failures, not_recorded = None, [], 0
+    simulated = backend == "sim"
     if backend.startswith("replay:"):
         from . import replay
 
         recorded = replay.load(backend[len(replay.PREFIX):], kind)
         replayed = {fam.descriptor(r["descriptor"]): r for r in recorded["rows"]}
-        problems = [d for d in (problems if problems is not None else replayed) if d in replayed]
+        if problems is not None:  # the given problems that were recorded; the others are counted
+            given = list(problems)
+            problems = [d for d in given if d in replayed]
+            not_recorded = len(given) - len(problems)
+        else:
+            problems = list(replayed)
+            recorded_failures = [{"descriptor": r["descriptor"], "error": f"failed when recorded: {r['error']}"}
+                                 for r in recorded["failed_rows"]]
+        seed = recorded["seed"] if isinstance(recorded.get("seed"), int) else seed
+        simulated = recorded.get("simulated") is True
     problems = list(problems) if problems is not None else fam.generate(count, seed, **gen_kw)
     if replayed is not None:
         device, software = recorded["device"], recorded["software"]
@@ -185,7 +195,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
             from ..profile import load_profile
 
             profile = load_profile(device=device, software=software)
-        make_case = lambda d: replay.ReplayCase(replayed[d])  # noqa: E731
+        make_case = lambda d: replay.ReplayCase(replayed[d], simulated=simulated)  # noqa: E731
         timer = None
         persist = False
     elif backend == "sim":
@@ -236,6 +246,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
                   f"{_time.perf_counter() - started:.1f} s", file=progress, flush=True)
     if backend == "cupy":
         _cp_free()
+    rows.extend(recorded_failures)
     ok = [r for r in rows if "error" not in r]
     summary = {name: summarize([r[f"{name}_us"] for r in ok], [r["best_us"] for r in ok])
                for name in ("heuristic", "baseline", "library")}
@@ -246,10 +257,10 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     if problems:
         fam.heuristic(problems[0], rec)
     return {"format": "calib.heuristics.evaluation", "version": 1, "kind": kind, "backend": backend,
-            "simulated": backend == "sim", "replayed": replayed is not None, "device": device, "software": software,
+            "simulated": simulated, "replayed": replayed is not None, "device": device, "software": software,
             "profile": _profile_source(profile), "parameters_read": sorted(rec.names),
-            "created": _now(), "seed": seed, "problems": len(problems), "evaluated": len(ok),
-            "failed": len(rows) - len(ok), "stopped_early": stopped_early,
+            "created": _now(), "seed": seed, "problems": len(problems) + len(recorded_failures), "evaluated": len(ok),
+            "failed": len(rows) - len(ok), "stopped_early": stopped_early, "not_recorded": not_recorded,
             "tuning_database": (tuner.db.url if tuner.db is not None else "memory (pass --db to record)"),
             "autotune_counters": tuner.counters.as_dict(), "wall_s": _time.perf_counter() - started,
             "summary": summary, "prediction": pred, "rows": rows}
@@ -347,7 +358,9 @@ def to_markdown(res: dict) -> str:
              f"{', SIMULATED' if res['simulated'] else ''}"
              f"{', REPLAYED from recorded times' if res.get('replayed') else ''}), {res['created']}", "",
              f"{res['evaluated']} of {res['problems']} problems evaluated in {res['wall_s']:.1f} s"
-             f"{'; ' + res['stopped_early'] if res['stopped_early'] else ''}; profile: {res['profile']}; "
+             f"{'; ' + res['stopped_early'] if res['stopped_early'] else ''}"
+             f"{'; %d given problems not in the recording' % res['not_recorded'] if res.get('not_recorded') else ''}"
+             f"; profile: {res['profile']}; "
              f"tuning database: {res['tuning_database']}.", "",
              "Efficiency = exhaustive best / time of the choice (1 = the best).", "",
              "| choice | geomean | worst | p10 | median | within 3% | choice failed |", "|---|---|---|---|---|---|---|"]

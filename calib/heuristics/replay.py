@@ -5,13 +5,15 @@ simulation mode replays its cache files).
 
 ``calib heuristics evaluate --kind K --backend replay:FILE.json`` evaluates the current heuristic,
 baseline and predictor on the file's problems; a choice that was not among the recorded candidates
-cannot be timed and counts as failed (the report says how many). The numbers are the recorded
+cannot be timed and counts as failed (the report says how many), and a problem that failed on the
+GPU stays a failed problem. The numbers are the recorded
 device's, with its fingerprint; the output says it is a replay.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from .._lazy import lazy
@@ -38,22 +40,30 @@ def load(path, kind: str) -> dict:
         rec = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ReplayError(f"recorded evaluation {p} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise ReplayError(f"recorded evaluation {p} nests deeper than any evaluation does") from None
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:
         raise ReplayError(f"{p} is not a calib heuristics evaluation (format {FORMAT!r})")
     if not isinstance(rec.get("version"), int) or rec["version"] > VERSION:
         raise ReplayError(f"{p} has version {rec.get('version')!r}; this calib reads up to {VERSION}")
     if rec.get("kind") != kind:
         raise ReplayError(f"{p} records {rec.get('kind')!r} problems, not {kind!r}")
+    for name in ("device", "software"):
+        if not isinstance(rec.get(name), dict):
+            raise ReplayError(f"{p} has no {name} fingerprint (an object): which GPU's times these are is unknown")
     rows = rec.get("rows")
     if not isinstance(rows, list):
         raise ReplayError(f"{p} has no rows")
     usable = [r for r in rows if isinstance(r, dict) and isinstance(r.get("times_us"), dict) and r["times_us"]
               and isinstance(r.get("descriptor"), dict)]
+    rec["failed_rows"] = [r for r in rows
+                          if isinstance(r, dict) and "error" in r and isinstance(r.get("descriptor"), dict)]
     if not usable:
         raise ReplayError(f"{p} holds no row with every candidate's time (times_us): it was written before "
                           "calib recorded them; evaluate on the GPU again")
     for r in usable:
-        bad = [c for c, t in r["times_us"].items() if not isinstance(t, (int, float)) or not t > 0]
+        bad = [c for c, t in r["times_us"].items()
+               if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0]
         if bad:
             raise ReplayError(f"{p}: problem {r['descriptor']} has times that are not positive numbers for {bad[:3]}")
     rec["rows"] = usable
@@ -63,9 +73,10 @@ def load(path, kind: str) -> dict:
 class ReplayCase:
     """``check``, ``time`` and ``library`` for one recorded problem."""
 
-    def __init__(self, row: dict):
+    def __init__(self, row: dict, simulated: bool = False):
         self.row = row
         self.times = row["times_us"]
+        self.simulated = simulated
 
     def _time(self, k) -> float:
         cid = getattr(k, "autotune_name", None) or str(k)
@@ -79,19 +90,19 @@ class ReplayCase:
         return True
 
     def time(self, k):
-        return _measurement(self._time(k))
+        return _measurement(self._time(k), self.simulated)
 
     def library(self):
         t = self.row.get("library_us")
         if not isinstance(t, (int, float)) or not t > 0:
             raise ReplayError(f"problem {self.row['descriptor']} has no recorded library time")
-        return _measurement(float(t))
+        return _measurement(float(t), self.simulated)
 
     def free(self):
         pass
 
 
-def _measurement(t_us: float):
+def _measurement(t_us: float, simulated: bool = False):
     from ..timing import Measurement
 
-    return Measurement(np.array([t_us]), stop_reason="replay", protocol={"timer": "replayed"})
+    return Measurement(np.array([t_us]), stop_reason="replay", protocol={"timer": "replayed"}, simulated=simulated)
