@@ -20,9 +20,9 @@ samples, so a GPU time-sliced with another process still gives its undisturbed r
 caller gets less (an H200 beside a process running matmuls, 2026-12-01: DRAM and FP32 estimates
 unchanged). A host-timed sentinel (the launch latency) that drifted from a *shipped* profile,
 measured on another host, is **host differs**: reported, not counted. Otherwise it is
-**consistent**. A check in which no sentinel could be compared verifies nothing (exit 1). On a GPU, two runs' CIs (±0.1%) are narrower than
-run-to-run variation, so significance alone would flag every check; the material threshold is what
-keeps a quiet machine consistent.
+**consistent**. A check in which no GPU-timed sentinel could be compared verifies nothing (exit
+1). On a GPU, two runs' CIs (±0.1%) are narrower than run-to-run variation, so significance
+alone would flag every check; the material threshold is what keeps a quiet machine consistent.
 
 The clocks, power and throttle reasons NVML read while the sentinels ran are reported with the
 power limit, with the other processes NVML sees on the GPU; on the simulated device the report
@@ -134,8 +134,13 @@ class VerifyReport:
 
     @property
     def compared(self) -> list[str]:
-        """Sentinels re-measured and compared with the profile (whatever the verdict)."""
+        """Sentinels re-measured and compared with the profile, with a verdict on the GPU (a
+        "host differs" says nothing of the GPU)."""
         return [s["name"] for s in self.sentinels if s["status"] in COMPARED]
+
+    @property
+    def host_differs(self) -> list[str]:
+        return [s["name"] for s in self.sentinels if s["status"] == "host differs"]
 
     @property
     def exit_code(self) -> int:
@@ -178,7 +183,7 @@ def _reference(profile, device, software, notes: list[str]):
 
 
 NOT_CONSISTENT = ("drifted", "unsettled", "busy")
-COMPARED = NOT_CONSISTENT + ("consistent", "host differs")
+COMPARED = NOT_CONSISTENT + ("consistent",)
 
 
 def _result(r) -> str:
@@ -505,9 +510,11 @@ def format_report(r: VerifyReport) -> str:
     elif r.not_consistent:
         result = f"NOT CONFIRMED: {', '.join(r.not_consistent)} (exit 1)"
     elif not r.compared:
-        result = "NOTHING VERIFIED: no sentinel could be compared with the profile (exit 1)"
+        result = "NOTHING VERIFIED: no GPU-timed sentinel could be compared with the profile (exit 1)"
     else:
         result = _result(r).upper()
+    if r.host_differs:
+        result += f" ({', '.join(r.host_differs)}: host differs)"
     out.append("result: " + result)
     return "\n".join(out)
 
