@@ -53,14 +53,15 @@ for s in "${@:-quick}"; do
       step "ceilings-$tag" "${BENCH_TIMEOUT:-300}" python3 bench/ceilings.py --out "$work" --suite "$s"
       cp "$work"/bench-dram.md "$res/bench-$tag.md" 2>/dev/null
       cp "$work"/bench-dram.json "$res/bench-$tag.json" 2>/dev/null
-      (cd "$work" && tar czf "$res/run-$tag.tgz" run profile.json 2>/dev/null) ;;
+      (cd "$work" && tar czf "$res/run-$tag.tgz" run profile.json 2>/dev/null)
+      pack ;;  # again, now that the suite's tables and run folder are there
     autotune) step autotune "${AUTOTUNE_TIMEOUT:-300}" python3 bench/autotune.py --calib-run --out "$res/autotune" ;;
     fma) step fma 60 python3 bench/fma_shapes.py --out "$res/fma-shapes.md" ;;
     verify) step verify "${VERIFY_TIMEOUT:-420}" env OUT="$res" bash bench/verify_h200.sh ;;
-    heuristics) step heuristics "${HEURISTICS_TIMEOUT:-300}" env OUT="$res" bash bench/heuristics_h200.sh ;;
+    heuristics) step heuristics "${HEURISTICS_TIMEOUT:-360}" env OUT="$res" bash bench/heuristics_h200.sh ;;
     heuristics-seed*)  # another problem set (heuristics-seed1: problems the heuristics were not tuned on)
       seed=${s#heuristics-seed}
-      step "$s" "${HEURISTICS_TIMEOUT:-300}" env OUT="$res/$s" SEED="$seed" bash bench/heuristics_h200.sh ;;
+      step "$s" "${HEURISTICS_TIMEOUT:-360}" env OUT="$res/$s" SEED="$seed" bash bench/heuristics_h200.sh ;;
     verify-shipped)  # calib verify as a user runs it, against the profile shipped for this GPU
       step verify-shipped 60 sh -c "python3 -m calib verify --profile profiles/nvidia-h200.json --budget-s 10 \
         > $res/verify-shipped.txt 2>&1; echo exit \$? >> $res/verify-shipped.txt" ;;

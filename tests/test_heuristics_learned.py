@@ -24,7 +24,7 @@ def prof(sim):
 
 def op_true_us(nbytes, q):
     """A library op that runs 1.7x below DRAM peak, 2.1x below L2's, with 7 us of fixed cost and
-    the simulated device's own L2 ramp; plus a wave tail the learned model does not have."""
+    the L2 share a once-streamed set has (streamed_l2_fraction); plus a wave tail the learned model does not have."""
     f = P.streamed_l2_fraction(q, nbytes)
     dram = q("memory.dram.copy_bandwidth_gbps.align16") / 1.7 * 1e3
     l2 = q("memory.l2.read_bandwidth_gbps") / 2.1 * 1e3

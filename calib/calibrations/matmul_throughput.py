@@ -64,7 +64,9 @@ never settled is measured again after a longer pause, up to twice, and the faste
 others stay in the results store); points still marked throttled ran capped. A point whose samples never
 settled (TF32 at large K reaches the power cap within a point: its samples fall from 413 to about 360
 TFLOP/s) is a mix of two clock states and is left out of the fit; only where fewer than three settled
-points remain is it used, and the record says so."""
+points remain is it used, and the record says so. A point that settled with every sample capped runs
+slower per flop than a point of smaller K: it is measured again, and if it stays above the line it is
+left out too (`diagnostics.capped_k`)."""
 READING = """The rate is cuBLAS's on a large, tile-aligned output before the power cap, in the regime large
 problems use; a heuristic choosing between a library call and a fused kernel compares its own achieved
 rate against this one. Below the regime change (`diagnostics.regime_boundary_k`: the last K below it and
@@ -99,7 +101,7 @@ REGIME_JUMP = 0.08
 # through the uncapped points (TF32 376-392 against 406-413 TFLOP/s, three quick suites on an H200,
 # 2026-12-01) and made the CI ±25-33%; uncapped points scatter about it by at most 0.5%.
 CAPPED_FRACTION = 0.015
-# Measured again at once when slower per flop than a point of smaller K by this much.
+# Measured again (after RETRY_COOLDOWN_S) when slower per flop than a point of smaller K by this much.
 RETRY_SLOWER_FRACTION = 0.03
 MIN_SETTLED = 3
 
@@ -148,7 +150,8 @@ def large_k_regime(g):
     """The rows of one type's sweep the rate is fitted over, and what was left out and why: the last
     regime along K (a rise of the achieved rate by more than REGIME_JUMP between neighbouring
     settled points starts a new one), from FIT_K_MIN on, settled points only (unless fewer than
-    MIN_SETTLED settled, then all of them, flagged)."""
+    MIN_SETTLED settled, then all of them, flagged), less the points that ran capped (furthest
+    above the line by more than CAPPED_FRACTION, one at a time, named in ``capped_k``)."""
     g = g.sort_values("k")
     k = g["k"].to_numpy(dtype=float)
     settled = (g["stop_reason"] != "budget").to_numpy() if "stop_reason" in g else np.ones(len(g), dtype=bool)
@@ -172,8 +175,8 @@ def large_k_regime(g):
             flags.append(f"{int((regime & ~settled).sum())} of the {int(regime.sum())} points fitted never settled "
                          "(a mix of clock states: the power cap within the point)")
     # A point that settled in the capped state lies above the regime's line, never below it: the
-    # point furthest above a line through the others is left out while it misses by more than
-    # CAPPED_FRACTION and at least MIN_SETTLED points remain.
+    # point furthest above the line through the remaining points (itself included) is left out
+    # while it misses by more than CAPPED_FRACTION and more than MIN_SETTLED points remain.
     capped = np.zeros(len(k), dtype=bool)
     t = g["time_us"].to_numpy(dtype=float)
     x = flops(g)
@@ -300,10 +303,12 @@ def measure(b, config: dict):
     # power cap and get noisier still: at most BUDGET_S of matmul per point.
     rule = dataclasses.replace(b.rule, budget_s=min(b.rule.budget_s, BUDGET_S))
     line, work = (dtype_name, m, n), 2.0 * m * n * k
-    floor = _FASTEST.get(line) if k >= FIT_K_MIN else None
+    fastest = b.__dict__.setdefault("_matmul_fastest", {})  # per backend: one run, one GPU
+    floor = fastest.get(line) if k >= FIT_K_MIN else None
 
     def too_slow(meas):
-        """A point slower per flop than a point of smaller K on its line ran capped (see CAPPED_FRACTION)."""
+        """A point slower per flop than a point of smaller K on its line measured before it (the plan
+        goes up in K) ran capped (see CAPPED_FRACTION)."""
         rate = work / meas.median_us * 1e-6
         if floor and rate < (1 - RETRY_SLOWER_FRACTION) * floor:
             return f"{rate:.0f} TFLOP/s, {1 - rate / floor:.1%} below a point of smaller K: capped"
@@ -312,12 +317,8 @@ def measure(b, config: dict):
     kept = measure_unthrottled(b, launch, rule, {"library": "cuBLAS via cupy.matmul", "dtype": dtype_name},
                                too_slow=too_slow)
     if k >= FIT_K_MIN and unsettled(kept) is None and too_slow(kept) is None:
-        _FASTEST[line] = max(_FASTEST.get(line, 0.0), work / kept.median_us * 1e-6)
+        fastest[line] = max(fastest.get(line, 0.0), work / kept.median_us * 1e-6)
     return kept
-
-
-# The fastest settled rate of each line (type, M, N) so far in this process, from FIT_K_MIN on.
-_FASTEST: dict = {}
 
 
 def clock_dropped(m) -> bool:

@@ -50,11 +50,9 @@ class LearnedModel:
     assumed: tuple = ()
     n: int = 0
     l2_capacity_bytes: float = P.DEFAULTS["memory.l2.capacity_bytes"]
-    l2_ramp_end_bytes: float = P.DEFAULTS["memory.l2.capacity_bytes.ramp_end"]
 
     def _q(self, name, default=None):
-        return {"memory.l2.capacity_bytes": self.l2_capacity_bytes,
-                "memory.l2.capacity_bytes.ramp_end": self.l2_ramp_end_bytes}.get(name, default)
+        return {"memory.l2.capacity_bytes": self.l2_capacity_bytes}.get(name, default)
 
     def predict_us(self, nbytes: float) -> float:
         f = P.streamed_l2_fraction(self._q, nbytes)
@@ -119,8 +117,7 @@ class LearnedModel:
                 ci[n] = tuple(c)
         q = P.q_of(profile)
         return cls(kernel, vals["t0_us"], vals["rate_gbps"], vals["l2_rate_gbps"], ci,
-                   l2_capacity_bytes=q("memory.l2.capacity_bytes"),
-                   l2_ramp_end_bytes=q("memory.l2.capacity_bytes.ramp_end"))
+                   l2_capacity_bytes=q("memory.l2.capacity_bytes"))
 
 
 def default_sizes(profile) -> list[float]:
@@ -206,8 +203,7 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
         ci["rate_gbps"] = ci_d
     if ci_l:
         ci["l2_rate_gbps"] = ci_l
-    return LearnedModel(kernel, t0, r_d, r_l, ci, tuple(assumed), len(y), q("memory.l2.capacity_bytes"),
-                        q("memory.l2.capacity_bytes.ramp_end"))
+    return LearnedModel(kernel, t0, r_d, r_l, ci, tuple(assumed), len(y), q("memory.l2.capacity_bytes"))
 
 
 def learn(kernel: str, make=None, *, sizes=None, bytes_of=None, measure=None, profile=None, timer=None,
@@ -215,7 +211,7 @@ def learn(kernel: str, make=None, *, sizes=None, bytes_of=None, measure=None, pr
     """Measure ``kernel`` at a few sizes and fit its model.
 
     ``make(size) -> thunk``: what runs the kernel at a size (a user's callable, a library op);
-    timed by ``timer(thunk) -> Measurement`` (default: CUDA events). Or ``measure(size) ->
+    timed by ``timer(thunk) -> Measurement`` (default: device time, the host held ahead). Or ``measure(size) ->
     Measurement`` directly (the simulated device, a timing of one's own). ``sizes`` are in the
     callable's units, ``bytes_of(size)`` their bytes moved (default: sizes are bytes; default
     sizes: :func:`default_sizes`). ``save_to``: a profile path to store the model in."""

@@ -131,7 +131,7 @@ def registers(d, k, q) -> tuple[float, float]:
     vec, buf = int(k["vec"]), int(k["buffer"])
     if k["strategy"] == "persistent":
         regs = overhead + buf + REGS_PER_LOAD * buf / vec
-    else:  # one vector in flight per loop step: the H200 ran every multi-pass kernel at 2048 threads per SM
+    else:  # one vector's registers per load, whatever the unroll: every multi-pass kernel ran at 2048 threads/SM
         regs = overhead + vec * d.itemsize_bytes / 4
     return regs, max(0.0, regs - (overhead + max_buf))
 
@@ -162,7 +162,7 @@ def model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
     l2 = q("memory.l2.read_bandwidth_gbps", P.DEFAULTS["memory.l2.read_bandwidth_gbps"]) * 1e3
     bw = norm_gbps(q, vec * e) * 1e3
     total = d.bytes_moved
-    f = P.l2_fraction(q, total)
+    f = P.streamed_l2_fraction(q, total)  # a call streams its rows once (the pass over them, not a re-read)
     per_thread = math.ceil(cols / threads)
     life = 2 * REDUCE_US * threads / 1024 + ELEMENT_US * per_thread + LOAD_US * math.ceil(per_thread / vec)
     t_machine = total * (f / l2 + (1 - f) / bw)

@@ -95,15 +95,17 @@ def grid_blocks(d, k, sms: int) -> int:
 # own host's full-suite profile (bench/results/2026-12-01-h200-heuristics-seed0 with
 # profile-call3-full.json, ...-after with profile-call5-full.json), and checked on 100 held-out
 # problems (...-after/seed1):
-# - FLOOR: a launch that moves next to nothing took 3.17 us event-timed on host 1 and 3.23 on host 2,
-#   0.62 of the DRAM read line's intercept (``memory.dram.fixed_cost_us``, 4.24 and 4.43 us, which
-#   holds a DRAM latency and the pipe's fill besides the launch; refitted on both: 0.62 still);
+# - FLOOR: the launch floor as a share of the DRAM read line's intercept (``memory.dram.fixed_cost_us``,
+#   4.24 and 4.43 us on the two hosts, which holds a DRAM latency and the pipe's fill besides the
+#   launch), fitted on both hosts at 0.62: 2.6-2.7 us, to which the model's other terms add up to the
+#   3.40 and 3.52 us it gives the smallest relu, against 3.17 and 3.23 us measured;
 # - BLOCK_US: a block's own start and retirement (a one-element-per-thread cover grid of 128-thread
 #   blocks on L2-resident data ran ~0.5 us per wave of resident blocks above its latency);
 # - DISPATCH_US, THREAD_US: the pace at which an SM takes new blocks of a cover grid, the slower of
 #   a block's dispatch and its threads' start: the fastest cover grids of hundreds to thousands of
 #   blocks per SM took 0.080 us per 128-thread block, 0.112 per 256 and 0.245 per 512 per SM (both
-#   hosts alike), so a block at most 0.083 us and 0.59 ns per thread (fitted);
+#   hosts alike); the fit over all candidates gave 0.083 us per block and 0.59 ns per thread, which
+#   is 0.151 and 0.302 us for 256 and 512 threads: slower than those fastest grids, fitted so;
 # - ELEMENT_US, DEP_CYCLES: a thread's vectors are worked one after another: small launches grew
 #   by ~0.1 us per vector a thread loads (not per element: wide vectors cost no more issue latency),
 #   plus ~2.2 dependent cycles per issue slot of the op and element;
@@ -114,9 +116,10 @@ def grid_blocks(d, k, sms: int) -> int:
 #   ones at equal bytes (the __half vectors' unrolled conversion code): fp16 sigmoid of 196M elements
 #   (compute-bound) took +11 issue slots per element at ept 2 and +20 at ept 4, fp16 exp of 37M the same
 #   per element, so 11.2 slots per doubling of ept (relu fp16 vec 8 at 3.7 MB: ept 2 1.3x, ept 4 1.7x);
-# - L2_SHARE, L2_RAMP: a pointwise working set (inputs and the written output) stays in L2 up to 0.9
-#   of ``memory.l2.capacity_bytes`` (41 MB) and is served from DRAM past 1.125 of it (52 MB), far
-#   earlier than the read-only ramp's end: 54 MB ran at the DRAM copy bandwidth;
+# - the L2 share: a pointwise working set (inputs and the written output) is streamed once per call,
+#   so :func:`calib.heuristics.predictor.streamed_l2_fraction` (L2 to 0.9 of ``memory.l2.capacity_bytes``,
+#   DRAM from 1.125 of it: 39 and 49 MB on these hosts), far earlier than the read-only ramp's end:
+#   54 MB ran at the DRAM copy bandwidth;
 # - L2_WIDTH_EXP: narrow accesses lose more at L2 than at DRAM (2-byte accesses on L2-resident data
 #   moved ~3 TB/s, the DRAM align2 rate): L2 bandwidth times (DRAM(width) / DRAM(16 B)) ** 3.1;
 # - SMOOTH: bandwidth and Little's law combine as a p-norm of 3, the knee of
@@ -138,7 +141,6 @@ BLOCK_US = 0.47
 DISPATCH_US, THREAD_US = 0.083, 0.00059
 ELEMENT_US = 0.097
 DEP_CYCLES = 2.16
-L2_SHARE, L2_RAMP = 0.9, 1.25
 L2_WIDTH_EXP = 3.1
 SMOOTH = 3.0
 TAIL_COVER, TAIL_STRIDE = 0.29, 0.91
@@ -190,9 +192,7 @@ def model_us(d: PointwiseDescriptor, k, q, hidden: bool = False) -> float:
     whole = math.ceil(rounds - 1e-9)
     ept_eff = min(ept, math.ceil(nvec / block))  # vectors the first block's threads really load
     nbytes = d.bytes_moved
-    cap = q("memory.l2.capacity_bytes", P.DEFAULTS["memory.l2.capacity_bytes"]) * L2_SHARE
-    end = cap * L2_RAMP
-    f = 1.0 if nbytes <= cap else 0.0 if nbytes >= end else (end - nbytes) / (end - cap)
+    f = P.streamed_l2_fraction(q, nbytes)
     dram16 = P.dram_gbps(q, "copy", 16)
     dram = P.dram_gbps(q, "copy", width)
     l2_16 = q("memory.l2.read_bandwidth_gbps", P.DEFAULTS["memory.l2.read_bandwidth_gbps"])

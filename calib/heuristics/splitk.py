@@ -12,7 +12,7 @@ The model describes what CuPy and cuBLAS do, as measured on an H200 on 2026-12-0
 (bench/results/2026-12-01-h200-heuristics-seed0, 100 problems, every split timed): split 1 is one
 cublasGemmEx (tensor cores for fp16; SIMT FP32 for fp32): the padded output tiles' flops at a share
 of the profile's peak, spread over the SMs by cuBLAS's own split-K/stream-K (few tiles times K in
-units of 128), or the operands at DRAM speed if slower, plus the launch and, for a long K over few
+units of 64), or the operands at DRAM speed if slower, plus the launch and, for a long K over few
 tiles, cuBLAS's own reduction. Split s > 1 goes through CuPy's batched matmul, which (CuPy's
 ``_routines_linalg.matmul``) promotes fp16 to fp32 and makes both operands contiguous: the
 transposed K-slices of At are copied (and cast), B is cast, one FP32 strided-batched GEMM runs on
@@ -140,7 +140,11 @@ def model_us(d: SplitKDescriptor, k, q, hidden: bool = False) -> float:
     e = d.itemsize_bytes
     if s == 1:  # cupy.matmul of 2-D operands: one cublasGemmEx, tensor cores for fp16
         path = "tensor" if d.dtype == "float16" else "simt"
-        return gemm_us(q, d.m, d.n, d.k, e, e, path, GEMM_EFFICIENCY[path])
+        t = gemm_us(q, d.m, d.n, d.k, e, e, path, GEMM_EFFICIENCY[path])
+        if hidden:  # the simulated device's own effect: a prologue per wave of output tiles
+            tiles = math.ceil(d.m / TILE) * math.ceil(d.n / TILE)
+            t += 0.3 * math.ceil(tiles / P.sm_count(q))
+        return t
     # cupy.matmul of 3-D operands: fp16 is promoted to fp32 and both operands made contiguous
     # (the transposed K-slices of At copied, cast on the way), one FP32 strided-batched GEMM of
     # s products writes s*m*n fp32 partials, fp16 casts them back, then splitk_sum adds them.
