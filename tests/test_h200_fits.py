@@ -154,3 +154,28 @@ def test_a_point_that_runs_capped_is_measured_again_like_a_throttled_one(monkeyp
     kept = mm.measure_unthrottled(B(), None, None, {}, too_slow=too_slow)
     assert made == [2300.0, 2010.0] and kept.median_us == 2010.0
     assert kept.candidates[0].protocol["set_aside_because"] == "capped"
+
+
+def test_the_capped_guard_compares_a_point_with_the_smaller_k_points_of_its_line_on_its_backend():
+    """What measure() retries: K = 6656 at 2300 us is 5.9% slower per flop than K = 6144 at 2000 us
+    (412 TFLOP/s) on the same line and backend; at 2010 us it is faster. Below FIT_K_MIN, on
+    another line, or on another backend (another run, another GPU) nothing is compared."""
+    from types import SimpleNamespace
+
+    from calib.timing import Measurement
+
+    def at(t_us):
+        return Measurement(np.full(10, t_us), stop_reason="precision", protocol={}, clocks={})
+
+    b = SimpleNamespace()
+    too_slow, remember = mm.capped_guard(b, "tf32", 8192, 8192, 6144)
+    assert too_slow(at(2000.0)) is None  # nothing before it
+    remember(at(2000.0))
+    too_slow, _ = mm.capped_guard(b, "tf32", 8192, 8192, 6656)
+    assert "below a point of smaller K" in too_slow(at(2300.0)) and too_slow(at(2010.0)) is None
+    assert mm.capped_guard(b, "fp16", 8192, 8192, 6656)[0](at(2300.0)) is None  # another line
+    assert mm.capped_guard(SimpleNamespace(), "tf32", 8192, 8192, 6656)[0](at(2300.0)) is None  # another run
+    assert mm.capped_guard(b, "tf32", 8192, 8192, 1024)[0](at(2300.0)) is None  # below FIT_K_MIN
+    slow = Measurement(np.full(10, 2300.0), stop_reason="budget", protocol={}, clocks={})
+    mm.capped_guard(b, "tf32", 8192, 8192, 7168)[1](slow)  # an unsettled point is not remembered
+    assert b._matmul_fastest[("tf32", 8192, 8192)] == pytest.approx(2.0 * 8192 * 8192 * 6144 / 2000e-6 / 1e12)

@@ -302,23 +302,33 @@ def measure(b, config: dict):
     # A noisy point would otherwise keep sampling for up to the rule's budget, heat the GPU into the
     # power cap and get noisier still: at most BUDGET_S of matmul per point.
     rule = dataclasses.replace(b.rule, budget_s=min(b.rule.budget_s, BUDGET_S))
+    too_slow, remember = capped_guard(b, dtype_name, m, n, k)
+    kept = measure_unthrottled(b, launch, rule, {"library": "cuBLAS via cupy.matmul", "dtype": dtype_name},
+                               too_slow=too_slow)
+    remember(kept)
+    return kept
+
+
+def capped_guard(b, dtype_name: str, m: int, n: int, k: int):
+    """``too_slow(measurement)`` for a point of the line (type, M, N) at this K: a reason where it
+    runs slower per flop than a point of smaller K measured before it on ``b`` (the plan goes up in
+    K) by RETRY_SLOWER_FRACTION, since it then ran capped; and ``remember(kept)``, which records the
+    kept point's rate for the points after it. From FIT_K_MIN on only; per backend: one run, one GPU."""
+    fastest = b.__dict__.setdefault("_matmul_fastest", {})
     line, work = (dtype_name, m, n), 2.0 * m * n * k
-    fastest = b.__dict__.setdefault("_matmul_fastest", {})  # per backend: one run, one GPU
     floor = fastest.get(line) if k >= FIT_K_MIN else None
 
     def too_slow(meas):
-        """A point slower per flop than a point of smaller K on its line measured before it (the plan
-        goes up in K) ran capped (see CAPPED_FRACTION)."""
         rate = work / meas.median_us * 1e-6
         if floor and rate < (1 - RETRY_SLOWER_FRACTION) * floor:
             return f"{rate:.0f} TFLOP/s, {1 - rate / floor:.1%} below a point of smaller K: capped"
         return None
 
-    kept = measure_unthrottled(b, launch, rule, {"library": "cuBLAS via cupy.matmul", "dtype": dtype_name},
-                               too_slow=too_slow)
-    if k >= FIT_K_MIN and unsettled(kept) is None and too_slow(kept) is None:
-        fastest[line] = max(fastest.get(line, 0.0), work / kept.median_us * 1e-6)
-    return kept
+    def remember(kept):
+        if k >= FIT_K_MIN and unsettled(kept) is None and too_slow(kept) is None:
+            fastest[line] = max(fastest.get(line, 0.0), work / kept.median_us * 1e-6)
+
+    return too_slow, remember
 
 
 def clock_dropped(m) -> bool:
