@@ -289,14 +289,6 @@ def test_evaluation_on_a_hand_computable_family(monkeypatch):
     assert "| profile-driven heuristic | 0.707 | 0.500 |" in E.to_markdown(res)
 
 
-def test_pointwise_evaluation_on_the_sim_reaches_the_bar_in_seconds():
-    res = E.evaluate("pointwise", count=100, seed=1)
-    assert res["evaluated"] == 100 and res["wall_s"] < 30
-    h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
-    assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85
-    assert h["geomean_efficiency"] >= b["geomean_efficiency"]
-    assert res["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
-    json.dumps(res, allow_nan=False, default=str)
 
 
 def test_problem_file_reports_bad_lines(tmp_path):

@@ -65,12 +65,16 @@ def test_spilling_buffers_are_predicted_slow(sim_prof):
     assert spill > 1.3 * fit  # 56 values past the 200 that fit: local memory traffic
 
 
-def test_normalization_evaluation_on_the_sim():
-    res = E.evaluate("normalization", count=100, seed=2)
+@pytest.mark.parametrize("kind,seed,max_median_error", [("pointwise", 1, 0.05), ("normalization", 2, None),
+                                                        ("matmul_splitk", 3, None)])
+def test_each_kinds_evaluation_on_the_sim_reaches_the_bar_in_seconds(kind, seed, max_median_error):
+    res = E.evaluate(kind, count=100, seed=seed)
     assert res["evaluated"] == 100 and res["wall_s"] < 30
     h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
     assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85
     assert h["geomean_efficiency"] >= b["geomean_efficiency"]
+    if max_median_error is not None:
+        assert res["prediction"]["memory_bound"]["median_abs_rel_error"] <= max_median_error
     json.dumps(res, allow_nan=False, default=str)
 
 
@@ -96,14 +100,6 @@ def test_splitk_space_reads_and_baseline(sim_prof):
     assert H.choose("matmul_splitk", {"m": 8192, "n": 8192, "k": 4096}, sim_prof)["split"] == 1
     # the fill-one-wave rule: 1 tile, 132 SMs, K/split >= 512: 32
     assert H.baseline("matmul_splitk", d, sim_prof) == {"split": 32}
-
-
-def test_splitk_evaluation_on_the_sim():
-    res = E.evaluate("matmul_splitk", count=100, seed=3)
-    h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
-    assert res["evaluated"] == 100
-    assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85
-    assert h["geomean_efficiency"] >= b["geomean_efficiency"]
 
 
 def test_splitk_problems_below_the_smallest_size_are_refused_not_looped_over():
