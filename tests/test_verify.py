@@ -24,6 +24,7 @@ from calib.sweep import frame_from
 from calib.verify import SENTINELS, VerifyError, format_report, verify
 
 NAMES = [s.name for s in SENTINELS]
+BF16_NAME = "compute.bf16.tensor_tflops"
 TRUTH = load_spec(None)["params"]
 REFERENCES = 100          # reference profiles, each a calibration with its own seed
 TRIALS_PER_REFERENCE = 2  # verify runs per reference: 200 checks of each kind
@@ -276,3 +277,39 @@ def test_a_profile_with_no_sentinel_verifies_nothing_and_says_so(references, cap
     r = verify(bare, backend="sim", seed=61_000)
     assert r.compared == [] and r.exit_code == 1
     assert "NOTHING VERIFIED" in format_report(r)
+
+
+def test_against_a_shipped_profile_a_gpu_difference_within_the_models_machines_is_not_drift(references):
+    """A shipped profile is one machine's; seven lent H200s gave bf16 at 792-822 TFLOP/s (2026-12-01).
+    A bf16 rate 4% below the shipped value is 'machine differs' (exit 0) where other machines of the
+    model gave such values, drift where they did not, and drift against the user's own profile
+    whatever the machines file says."""
+    from calib.machines import Spread
+
+    own = references[0]
+    shipped = reference_profile(10_000, origin="shipped", path="nvidia-h200.json")
+    old = shipped.record(BF16_NAME).value
+    slow = drifted_spec(0.96, [BF16_NAME])
+    wide = {BF16_NAME: Spread(BF16_NAME, (0.95 * old, 0.97 * old, old), "2026-12-01", "2026-12-01")}
+    narrow = {BF16_NAME: Spread(BF16_NAME, (0.99 * old, 1.0 * old, 1.01 * old), "2026-12-01", "2026-12-01")}
+    r = verify(shipped, backend="sim", sim_spec=slow, seed=62_000, machines=wide)
+    row = next(s for s in r.sentinels if s["name"] == BF16_NAME)
+    assert row["status"] == "machine differs" and row["machines"]["n"] == 3, format_report(r)
+    assert r.exit_code == 0 and "machine differs" in format_report(r)
+    assert BF16_NAME in r.compared
+    assert verify(shipped, backend="sim", sim_spec=slow, seed=62_000, machines=narrow).drifted == [BF16_NAME]
+    assert verify(own, backend="sim", sim_spec=slow, seed=62_000, machines=wide).drifted == [BF16_NAME]
+
+
+def test_the_shipped_machines_file_is_read_beside_the_shipped_profile(tmp_path):
+    """``calib verify --profile profiles/nvidia-h200.json`` reads ``nvidia-h200.machines.json``; a
+    malformed one beside a shipped profile is refused with the field named (exit 2), not ignored."""
+    from calib.machines import path_beside, read_machines
+    from calib.resources import shipped_profiles_dir
+
+    spreads = read_machines(path_beside(shipped_profiles_dir() / "nvidia-h200.json"))
+    assert {"compute.bf16.tensor_tflops", "memory.dram.read_bandwidth_gbps"} <= set(spreads)
+    shipped = reference_profile(10_000, origin="shipped", path=str(tmp_path / "nvidia-h200.json"))
+    (tmp_path / "nvidia-h200.machines.json").write_text('{"schema": "calib.machines/1", "params": {"x": [1]}}')
+    with pytest.raises(VerifyError, match=r"params\['x'\]\[0\] is not an object"):
+        verify(shipped, backend="sim", seed=62_001)
