@@ -54,8 +54,13 @@ def run_sweep(backend: Backend | None, configs: list[dict], store: Store, sessio
                 bar.n = _terminal(store, job_ids)
                 bar.refresh()
         else:
+            # points a calibration times in rounds are claimed together (one measure call for all)
+            from . import calibrations
+
+            together = len(configs) if calibrations.measured_together(configs) is not None else None
             worker = Worker(store, backend, sessions=[session_id], gpu_id=gpu_id, max_retries=max_retries,
-                            name=worker_name("in-process", desc))  # host:pid first: see calib.store.dead
+                            name=worker_name("in-process", desc),  # host:pid first: see calib.store.dead
+                            batch=together)
             worker.run(exit_when_empty=True, on_progress=bar.update)
         bar.n = _terminal(store, job_ids)
         bar.refresh()

@@ -89,3 +89,46 @@ def test_session_label_of_another_device_is_refused(store):
 
 
 
+
+
+class OneByOne(SimBackend):
+    """The simulated device as a GPU's worker sees it: one job per claim (not vectorized), each
+    measure call recorded."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.calls = []
+
+    def measure(self, configs):
+        self.calls.append(len(configs))
+        return super().measure(configs)
+
+
+def test_a_calibration_that_times_its_points_in_rounds_gets_them_in_one_measure_call(store, monkeypatch):
+    """launch_latency's host-timed points are interleaved (calib.timing.interleave): the sweep must
+    hand the backend all of them at once, where a GPU worker otherwise claims one job at a time."""
+    from calib import calibrations
+    from calib import worker as worker_module
+
+    launch = calibrations.get("launch_latency")
+    backend = OneByOne()
+    device, software = backend.fingerprint()
+    sid = store.open_session("t", device, software)
+    configs = launch.plan("quick")
+    real_init = worker_module.Worker.__init__
+
+    def as_on_a_gpu(self, *a, batch=None, **kw):  # the GPU default: one job per claim unless told
+        real_init(self, *a, batch=batch or 1, **kw)
+
+    monkeypatch.setattr(worker_module.Worker, "__init__", as_on_a_gpu)
+    assert run_sweep(backend, configs, store, sid, progress=False).measured == len(configs)
+    assert backend.calls == [len(configs)]
+    assert calibrations.measured_together(configs) is launch
+    dram_configs = _configs(backend, kinds=["read"], widths=[16])
+    assert calibrations.measured_together(dram_configs) is None  # measured one by one
+    assert calibrations.measured_together(configs[:1]) is None and calibrations.measured_together(
+        configs + dram_configs) is None
+    backend.calls.clear()
+    sid2 = store.open_session("t2", device, software)
+    run_sweep(backend, dram_configs, store, sid2, progress=False)
+    assert set(backend.calls) == {1}

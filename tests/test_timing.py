@@ -43,3 +43,52 @@ def test_measurement_keeps_samples_and_carries_warnings():
     text = " ".join(m.warnings)
     assert "noisy" in text and "throttled: hw_thermal" in text and "imprecise" in text and "simulated" in text
     assert m.summary()["time_us"] == m.center_us
+
+
+class DriftingHost:
+    """A virtual host whose launch cost drifts smoothly between 6 and 7 us per launch with a period
+    of 40 ms of its own time, as a lent H200 host's did from point to point (2026-12-01)."""
+
+    def __init__(self):
+        self.t_us = 0.0
+
+    def cost_us(self) -> float:
+        import math
+
+        return 6.5 + 0.5 * math.sin(2 * math.pi * self.t_us / 40_000)
+
+    def sampler(self, launches: int):
+        def sample():
+            took = launches * self.cost_us()
+            self.t_us += took + 5.0  # the synchronize after the timed launches
+            return took
+        return sample
+
+
+def test_interleaved_rounds_give_every_point_the_same_host_where_one_after_another_does_not():
+    from calib.timing import StoppingRule, interleave
+
+    counts = [4, 8, 16, 32, 64]
+    rule = StoppingRule(min_samples=10, max_samples=200, batch=10, rel_precision=0.0, budget_s=10.0)
+    host = DriftingHost()
+    taken = interleave([host.sampler(n) for n in counts], rule, seed=1)
+    per_launch = [np.median(s) / n for (s, _), n in zip(taken, counts)]
+    assert [r for _, r in taken] == ["max_samples"] * len(counts)
+    assert max(per_launch) / min(per_launch) < 1.01, per_launch
+    one_by_one = DriftingHost()
+    sequential = []
+    for n in counts:
+        sample = one_by_one.sampler(n)
+        sequential.append(np.median([sample() for _ in range(rule.max_samples)]) / n)
+    assert max(sequential) / min(sequential) > 1.05, sequential  # the case the rounds are for
+
+
+def test_interleave_stops_each_point_on_its_own_rule_and_keeps_taking_the_others():
+    from calib.timing import StoppingRule, interleave
+
+    rule = StoppingRule(min_samples=10, max_samples=60, batch=10, rel_precision=0.01, budget_s=10.0)
+    rng = np.random.default_rng(3)
+    steady = lambda: 10.0  # noqa: E731 - precise at once
+    noisy = lambda: float(rng.lognormal(3.0, 0.5))  # noqa: E731 - never within 1%
+    (a, why_a), (b, why_b) = interleave([steady, noisy], rule)
+    assert (len(a), why_a) == (10, "precision") and (len(b), why_b) == (60, "max_samples")

@@ -211,11 +211,38 @@ class CupyBackend(Backend):
         return Measurement(np.asarray(samples), stop_reason=reason, protocol=protocol,
                            clocks=merge_readings([self.clocks.read()]))
 
+    def time_host_interleaved(self, samplers, *, rule: StoppingRule | None = None, perf_configs=None,
+                              seed: int = 0) -> list[Measurement]:
+        """Host-clock samples of several points in rounds (``calib.timing.interleave``), one
+        Measurement per sampler, each with its own stopping reason."""
+        from ..timing import interleave
+
+        rule = rule or self.rule
+        for sample in samplers:
+            for _ in range(WARMUP_LAUNCHES):
+                sample()
+        before = self.clocks.read()
+        taken = interleave(samplers, rule, seed=seed)
+        clocks = merge_readings([before, self.clocks.read()])
+        out = []
+        for k, (samples, reason) in enumerate(taken):
+            protocol = {"timer": "host clock", "warmup_launches": WARMUP_LAUNCHES, "rule": rule.to_dict(),
+                        "interleaved": {"points": len(samplers), "samples_per_round": 1, "seed": seed},
+                        "perf_config": (perf_configs or [{}] * len(samplers))[k] or {}}
+            out.append(Measurement(np.asarray(samples), stop_reason=reason, protocol=protocol, clocks=clocks))
+        return out
+
     def compile_report(self, buffered: list[int]) -> list[dict]:
         return calibrations.get("registers").compile_report(self, buffered)
 
     # -- the backend interface ----------------------------------------------------------------
     def measure(self, configs: list[dict]) -> list[Measurement | Exception]:
+        group = calibrations.measured_together(configs)
+        if group is not None:  # points timed in rounds (calib.timing.interleave): one call for all
+            try:
+                return group.measure_group(self, configs)
+            except (DeviceOutOfMemory, UnsupportedConfig) as exc:
+                return [exc] * len(configs)
         out = []
         for config in configs:
             try:

@@ -22,7 +22,7 @@ from ._base import (DEFAULTS, REQUIRED, REQUIRED_COMPILED, REQUIRED_TIMED, SUITE
 IDS = ("memory_bandwidth", "cache_hierarchy", "shared_memory", "occupancy", "launch_latency", "matmul_splitk",
        "compute_throughput", "matmul_throughput", "reductions", "normalization_bandwidth", "registers")
 
-__all__ = ["IDS", "Param", "get", "all_calibrations", "timed", "UnknownCalibration", "fit"]
+__all__ = ["IDS", "Param", "get", "all_calibrations", "timed", "UnknownCalibration", "fit", "measured_together"]
 
 _loaded: dict = {}
 
@@ -55,6 +55,17 @@ def all_calibrations() -> list:
 
 def timed() -> list:
     return [m for m in all_calibrations() if m.KIND == "timed"]
+
+
+def measured_together(configs: list[dict]):
+    """The calibration that times ``configs`` in one call (its ``measure_group``: points taken in
+    rounds, ``calib.timing.interleave``), or None when they are measured one by one: more than one
+    point, all of one calibration that declares ``measure_group``."""
+    ids = {c.get("calibration") for c in configs}
+    if len(configs) < 2 or len(ids) != 1 or next(iter(ids)) not in IDS:
+        return None
+    module = get(next(iter(ids)))
+    return module if getattr(module, "measure_group", None) is not None else None
 
 
 def _check(module, calibration_id: str):
