@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import calibrations
 from .backends import get_backend, resolve_backend_name
-from .gpulock import GpuLock
+from .gpulock import GpuLock, GpuQueue
 from .phases import PhaseRecorder, check_fragment_fields
 from .profile import ProfileError, Parameter, _write_atomic
 from .timestamps import utc_now
@@ -140,7 +140,7 @@ class Calibration:
             self.await_turn()
             if self._gpu_lock is not None:
                 with self.phases.phase("wait"):
-                    self._gpu_lock.acquire()
+                    self._take_gpu()
         progress = self.progress if progress is None else progress
         with self.phases.phase("measure"):
             report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
@@ -176,6 +176,19 @@ class Calibration:
                       "measuring anyway", file=sys.stderr)
                 return
             time.sleep(0.02)
+
+    def _take_gpu(self):
+        """The GPU lock; inside ``calib run``, after the waiters with longer tails (``GpuQueue``)."""
+        folder = os.environ.get(MEASURED_SIGNAL_DIR_ENV)
+        if self._gpu_lock.held or not folder or not Path(folder).is_dir():
+            self._gpu_lock.acquire()
+            return
+        queue = GpuQueue(folder, os.environ.get(NOTEBOOK_ENV) or self.id, self.definition.TAIL_S)
+        try:
+            queue.wait(TURN_TIMEOUT_S)
+            self._gpu_lock.acquire()
+        finally:
+            queue.leave()
 
     def release_gpu(self):
         """Say that this notebook has finished measuring: its buffers are freed and the next

@@ -106,3 +106,69 @@ def _lock_error(path: Path, exc: OSError) -> GpuLockError:
     return GpuLockError(f"cannot open the GPU lock file {path}{whose}: {exc.strerror or exc}; ask its owner to "
                         f"'chmod 666 {path}' (or remove it while no calib runs), or set CALIB_LOCK_DIR to a "
                         "folder every user of this machine can write")
+
+
+class GpuQueue:
+    """The order in which the notebooks of one ``calib run`` take their GPU's lock: longest tail first.
+
+    An OS lock serves its waiters in no particular order, and in three quick suites on an H200
+    (2026-12-01) the DRAM notebook, which fits and plots for 6.3 s after measuring, often measured
+    last: the run then ended 6 s after the GPU went idle. With one GPU and each notebook's fit
+    overlapping the next one's measurement, the run ends soonest when the notebooks with the longest
+    tails (``TAIL_S`` of their calibration) measure first (Jackson's rule for one machine with
+    delivery times). A waiting notebook writes ``<name>.queued`` (its tail and pid) in the run's
+    signal folder and tries the lock once no live waiter is ahead of it; a waiter that died is passed.
+    """
+
+    POLL_S = 0.02
+
+    def __init__(self, folder, name: str, tail_s: float):
+        self.folder, self.name, self.tail_s = Path(folder), str(name), float(tail_s)
+        self.path = self.folder / f"{self.name}.queued"
+
+    def _key(self, tail_s: float, name: str):
+        return (-tail_s, name)  # smaller goes first: the longest tail, then by name
+
+    def ahead(self) -> list[str]:
+        """The live waiters that go before this one."""
+        import json
+
+        mine, out = self._key(self.tail_s, self.name), []
+        for path in self.folder.glob("*.queued"):
+            other = path.name[: -len(".queued")]
+            if other == self.name:
+                continue
+            try:
+                entry = json.loads(path.read_text())
+                tail_s, pid = float(entry["tail_s"]), int(entry["pid"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # gone meanwhile, or being written: the next poll sees it
+            if _alive(pid) and self._key(tail_s, other) < mine:
+                out.append(other)
+        return sorted(out)
+
+    def wait(self, timeout_s: float = 600.0) -> None:
+        """Queue, then return when no live waiter is ahead (or after ``timeout_s``)."""
+        import json
+        import time
+
+        self.path.write_text(json.dumps({"tail_s": self.tail_s, "pid": os.getpid()}))
+        deadline = time.monotonic() + timeout_s
+        while self.ahead() and time.monotonic() < deadline:
+            time.sleep(self.POLL_S)
+
+    def leave(self) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -110,3 +110,41 @@ def test_a_lock_file_this_user_cannot_open_is_a_clear_error(tmp_path, monkeypatc
     assert isinstance(outcome[0], CalibError), repr(outcome[0])
     message = str(outcome[0])
     assert str(path) in message and "mode 0644" in message and "chmod 666" in message and "CALIB_LOCK_DIR" in message
+
+
+def test_the_gpu_queue_lets_the_longest_tail_go_first_and_passes_a_dead_waiter(tmp_path):
+    """calib run's notebooks take the GPU longest tail first (fit and plot after measuring):
+    the run then ends soonest. A waiter ahead holds the others back until it has the lock (and
+    leaves the queue); one whose process died holds nobody back."""
+    import json
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from calib.gpulock import GpuQueue
+
+    dram = GpuQueue(tmp_path, "memory_bandwidth", 6.3)
+    occupancy = GpuQueue(tmp_path, "occupancy", 3.0)
+    compute = GpuQueue(tmp_path, "compute_throughput", 4.0)
+    dram.path.write_text(json.dumps({"tail_s": 6.3, "pid": __import__("os").getpid()}))  # queued, alive
+    order = []
+
+    def take(q):
+        q.wait(timeout_s=30)
+        order.append(q.name)
+        q.leave()
+
+    waiters = [threading.Thread(target=take, args=(q,)) for q in (occupancy, compute)]
+    for w in waiters:
+        w.start()
+    time.sleep(0.3)
+    assert order == [] and occupancy.ahead() == ["compute_throughput", "memory_bandwidth"]
+    dram.leave()  # it got the lock
+    for w in waiters:
+        w.join(timeout=10)
+    assert order == ["compute_throughput", "occupancy"]
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "matmul_throughput.queued").write_text(json.dumps({"tail_s": 9.0, "pid": int(gone.stdout)}))
+    (tmp_path / "half_written.queued").write_text("{")
+    assert occupancy.ahead() == []  # a dead waiter and an unreadable entry hold nobody back

@@ -60,6 +60,9 @@ DEFAULTS = {
     "ENVIRONMENT": {},        # environment variables the notebook sets before CuPy is imported
     "footprint_bytes": lambda config: 4096,  # device memory a point needs
     "prepare": lambda backend, configs: None,  # compile before taking the GPU (CuPy backend)
+    # Seconds of fitting, plotting and writing after the notebook has measured: in `calib run` the
+    # notebooks waiting for the GPU go longest tail first (calib.calibration.GpuQueue).
+    "TAIL_S": 4.0,
 }
 SUITE_NAMES = ("quick", "full")
 

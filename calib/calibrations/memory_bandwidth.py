@@ -22,6 +22,8 @@ np = lazy("numpy")
 
 ID = __name__.rsplit(".", 1)[-1]
 TITLE = "DRAM bandwidth"
+# fit, plot and write after measuring: 6.3 s (three quick suites on an H200, 2026-12-01); see _base.TAIL_S
+TAIL_S = 6.3
 INTRO = """Sweeps read, write and copy kernels over buffer sizes well beyond the L2 cache, at access widths of
 1, 2, 4, 8 and 16 bytes per thread, and fits `t = fixed_cost + bytes / bandwidth` to each
 (kind, width). Writes `memory.dram.{read,write,copy}_bandwidth_gbps` (16-byte accesses), their

@@ -19,6 +19,8 @@ np = lazy("numpy")
 ID = __name__.rsplit(".", 1)[-1]
 
 TITLE = "Normalization load bandwidth by access width"
+# fit, plot and write after measuring: 5.7 s (three quick suites on an H200, 2026-12-01); see _base.TAIL_S
+TAIL_S = 5.7
 INTRO = """A persistent softmax (rows of 4096 fp32 values held in registers, 16 per thread of a 256-thread
 block) over row counts far beyond L2, loading and storing 4, 8 or 16 bytes per access;
 `t = t0 + bytes / bandwidth` (bytes read plus written) gives `normalization.load_bandwidth_gbps.alignN`."""

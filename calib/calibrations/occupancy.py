@@ -41,6 +41,8 @@ np = lazy("numpy")
 
 ID = __name__.rsplit(".", 1)[-1]
 TITLE = "Bytes in flight per SM for DRAM bandwidth"
+# fit, plot and write after measuring: 3.0 s (three quick suites on an H200, 2026-12-01); see _base.TAIL_S
+TAIL_S = 3.0
 INTRO = """Runs the DRAM read kernel at every combination of resident blocks per SM and unroll (16-byte loads), so
 that each SM keeps from 4 KiB to 256 KiB in flight, and fits a model with three limits: the DRAM
 ceiling; Little's law, bytes in flight × SMs / latency; and the warps, which issue their loads one
