@@ -4,7 +4,8 @@ error from L2-resident sizes to gigabytes).
 
 For each op (``cupy.multiply`` of two float32 arrays, ``cupy.sum`` of one, a softmax over rows of
 4096 float32 composed of CuPy ops): learn from :func:`calib.heuristics.learned.default_sizes`,
-then measure at ``points`` sizes log-spaced from 64 kB to ``max_bytes`` and compare; the same for
+then measure at ``points`` sizes log-spaced from 64 kB to ``max_bytes`` and compare (each size
+measured in ``PASSES`` passes over all sizes, the median taken); the same for
 a least-squares line through the three learning sizes, and for the profile's plain roofline
 (bytes over the 16-byte DRAM copy bandwidth plus the fixed cost). ``python -m
 calib.heuristics.learned_eval --backend cupy --out FILE.json`` (the H200 script runs it)."""
@@ -38,6 +39,9 @@ def _cupy_ops():
         return f
 
     return {"cupy_multiply": multiply, "cupy_sum": total, "cupy_softmax_rows4096": softmax}
+
+
+PASSES = 3
 
 
 def _errors(pred, meas):
@@ -100,10 +104,15 @@ def evaluate_ops(backend: str = "cupy", *, points: int = 12, max_bytes: float = 
     out = {"format": "calib.heuristics.learned_evaluation", "backend": backend, "learned_at_bytes": learn_at,
            "sizes_bytes": sizes, "ops": {}}
     for name, measure in measures.items():
-        ms = [measure(b) for b in learn_at]
-        model = L.fit(name, learn_at, [m.samples_us[m.inliers] for m in ms], profile)
-        meas = [float(measure(b).center_us) for b in sizes]
-        centers = [float(m.center_us) for m in ms]
+        # every size in PASSES passes over all of them: a launch-bound size's time moved by 4-10%
+        # from one measurement to the next on an H200 (cupy.sum at 64-480 kB: 6.11, 6.22, 5.87 us,
+        # 2026-12-01), more than within one; the median of the passes is the truth compared with
+        learned_passes = [[measure(b) for b in learn_at] for _ in range(PASSES)]
+        model = L.fit(name, learn_at, [np.concatenate([run[i].samples_us[run[i].inliers] for run in learned_passes])
+                                       for i in range(len(learn_at))], profile)
+        test_passes = [[float(measure(b).center_us) for b in sizes] for _ in range(PASSES)]
+        meas = [float(np.median([run[i] for run in test_passes])) for i in range(len(sizes))]
+        centers = [float(np.median([run[i].center_us for run in learned_passes])) for i in range(len(learn_at))]
         slope, icpt = np.polyfit(learn_at, centers, 1)
         roof = [P.fixed_us(q) + b / (P.dram_gbps(q, "copy", 16) * 1e3) for b in sizes]
         out["ops"][name] = {"learned": _errors([model.predict_us(b) for b in sizes], meas),
