@@ -24,6 +24,7 @@ import math
 from .._lazy import lazy
 from . import predictor as P
 from .knobs import ITEMSIZE, FamilyDescriptor, Knobs, check_output, require_cupy
+from .pointwise import DISPATCH_US, THREAD_US
 
 np = lazy("numpy")
 
@@ -35,7 +36,7 @@ THREADS = (32, 64, 128, 256, 512, 1024)
 MULTIPASS_THREADS = (128, 256, 512, 1024)
 BUFFERS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 WIDTHS = (4, 8, 16)
-UNROLL = 4  # vectors in flight per thread in the multi-pass loops
+UNROLL = 4  # vectors per thread the multi-pass loops unroll (the source's #pragma unroll)
 EPS = 1e-5
 
 
@@ -91,64 +92,99 @@ def norm_gbps(q, width: int) -> float:
     return q(f"normalization.load_bandwidth_gbps.align{w}", P.dram_gbps(q, "copy", w) * 0.93)
 
 
-# Empirical constants of the time model, each fitted to the even-indexed problems of the H200
-# evaluation of 2026-12-01 (bench/results/2026-12-01-h200-heuristics-seed0, every candidate's device
-# time; the odd-indexed problems held out): the rest of the model reads the profile. FIXED_US,
-# LATENCY_SCALE and SM_CEILING refitted the same day to two recordings of the seed-0 problems on two
-# hosts, each replayed with its own host's full-suite profile (A: 2026-12-01-h200-heuristics-seed0 with
-# its profile-call3-full.json; B: 2026-12-01-h200-heuristics-after with its profile-call5-full.json),
-# the seed-1 recording (C, 2026-12-01-h200-heuristics-after/seed1) held out: the model now reads only
-# profile values that agreed between the hosts where the device times did.
-REGS_PER_LOAD = 2.5  # registers per vector load of the persistent buffer (address, predicate) beyond the
-#                      buffer itself: the smallest value under which no candidate that failed to launch
-#                      on the H200 (too many registers for its block) is predicted to launch
-FIXED_US = 3.00  # a kernel's fixed cost, absolute: refitted on recordings A+B below (3.4-3.6 us measured for
-#                 one block). Not a share of memory.dram.fixed_cost_us: that moved 4.24 -> 4.43 us between the
-#                 two hosts' profiles while these kernels' device times agreed within 0.04 us (median, < 5 us)
-LATENCY_SCALE = 1.04  # a block's load latency in units of the profile's Little's-law latency
-#                       (bytes_in_flight_per_sm / per-SM read bandwidth): 0.55 us on both hosts' profiles
-#                       (18.4 kB / 34.6 kB/us, 18.9 kB / 35.7 kB/us); 1.81 was fitted to the old profile's 13.2 kB
-SM_CEILING = 2.18  # one SM streams at most this many times its share of the normalization load bandwidth
-#                    (normalization.load_bandwidth_gbps.align16: 4158 / 4138 GB/s on the two hosts; the DRAM
-#                    read bandwidth it replaced moved 3%, 4571 -> 4710 GB/s, with the same device times)
-BLOCK_US = 0.049  # an SM starts and retires a block in this long at best (short rows: 81 ns per row)
-REDUCE_US = 0.34  # two block reductions of 1024 threads (scaled by the threads)
-ELEMENT_US = 0.013  # per element a thread normalizes (exp or square, scale, convert)
-LOAD_US = 0.022  # per vector load a thread issues
-L2_FOOTPRINT = 2.94  # L2 bytes a multi-pass row in flight occupies per byte of it (its reads, writes, others')
-SPILL_BYTES = 1.22  # local-memory bytes moved per spilled byte ...
-SPILL_GROWTH = 1.70  # ... growing as (1 + spilled / budget) ** SPILL_GROWTH (past L1, into L2)
-MACHINE_NORM = 2.61  # the per-SM and the machine-wide (DRAM) times combine as a p-norm of this p
+# The time model's constants. Fitted (scipy least squares on log(predicted / measured), every
+# candidate weighted by exp(-log(t / best) / 0.25) and each problem's weights summing alike) to every
+# candidate's device time in five H200 recordings of 2026-12-01, each replayed with its host's profile:
+#   A  2026-12-01-h200-heuristics-seed0 (host 1, seed 0; profile-call3-full.json),
+#   B  2026-12-01-h200-heuristics-after (host 2, seed 0; profile-call5-full.json),
+#   C  2026-12-01-h200-heuristics-after/seed1 (host 2, seed 1; the same profile),
+#   D  2026-12-01-h200-heuristics-live3/seed1 (host 3, seed 1; profiles/nvidia-h200.json, host 2's),
+#   E  2026-12-01-h200-heuristics-live3/seed2 (host 3, seed 2; the same).
+# The structure was chosen on A-D with E held out, then refitted on all five; left out one recording
+# at a time, the constants move by 0-4% (MUFU 10%, TAIL_EXP 0.19-0.27; the README has the choices).
+# The rest of the model is the profile: bytes in flight, bandwidths by level and width, L2 capacity,
+# the FP32 issue rate, the SM count.
+FIXED_US = 3.42  # a kernel's fixed cost, absolute (3.4-3.6 us measured for one small block); not a share of
+#                  memory.dram.fixed_cost_us, which moved 4.24 -> 4.43 us between hosts with the same times
+LATENCY_SCALE = 0.5  # a block's exposed load latency per level in units of Little's law at that level
+#                      (memory.bytes_in_flight_per_sm / the level's per-SM bandwidth: 0.53 us DRAM, 0.27 us
+#                      L2 on these hosts). Not fitted: the fit is flat from 0.15 to 0.5 (cost within 2%), and
+#                      at 0.5 the multi-pass loop's fitted unroll comes out at the source's 4 (below)
+UNROLL_EFF = 3.9  # vectors a multi-pass thread keeps in flight (the source unrolls 4: fitted 3.8-4.0)
+A_VEC = 21.0  # FP32 issue slots per vector slot a thread works (load, convert, reduce, normalize, store),
+#               at compute.fp32.fma_tflops: narrow vectors cost the same per vector, more per byte
+MUFU = 2.2  # issue slots per exponential (softmax: one per element persistent, three multi-pass)
+CHAIN_US = 0.0087  # per element of a thread's buffer (persistent) or pass (multi-pass): its dependent
+#                    reduce, normalize and convert chain
+REDUCE_US = 0.114  # a block reduction of 1024 threads (two per row; scaled by the threads)
+L2_FOOTPRINT = 2.62  # L2 bytes per byte of the rows in flight once rows cycle through the SMs (their reads,
+#                      the others' writes) for the multi-pass second read; 1 while every row is resident at
+#                      once (no row written before the re-reads): fp32 layer norm 385 x 17040 (E) in one wave
+#                      at 512 threads re-read from L2 (16.3 us), in 1.5 waves at 1024 threads not (20.7 us)
+TAIL_EXP = 0.22  # the machine-wide time grows as (whole waves / waves) ** TAIL_EXP of resident blocks
+L2_NORM = 5.3  # L2 and DRAM stream at once: their times combine as a p-norm of this p (a multi-pass second
+#                read from L2 costs L2 bandwidth, not DRAM time: fp16 layer norm 5756 x 19688, multi-pass at
+#                512 threads, C and D: 127 us, its DRAM traffic alone 110 us, with the L2 re-read added 135)
+MACHINE_NORM = 2.17  # per-SM and machine-wide times combine as a p-norm of 1 + (MACHINE_NORM - 1)(1 - 1/R)
+#                      for R blocks resident: one block per SM loads, reduces and stores in turn, so its
+#                      memory and its work add (fp16 layer norm 5756 x 19688, one 512-thread block per SM:
+#                      4.5 us per row, its DRAM share 2.5 us; multi-pass, four blocks per SM, 127 us in all)
+PACE_NORM = 2.9  # the SM's block pace and its work per row combine as a p-norm of this p
+SPILL_BYTES = 5.9  # local-memory bytes moved per spilled register byte and thread: they pass through the
+#                   SM's share of L2 bandwidth in the block's life and through L2 on the machine (fp16
+#                   v8 x 256 at 64-128 threads, 70 registers spilled: 1.6-1.8x the best of DRAM-sized rows)
+# DISPATCH_US, THREAD_US: the block pace of pointwise.py (an SM takes a new block every DISPATCH_US, or
+# THREAD_US per thread when slower), fitted there on cover grids and used here as it is: rows of 48-576
+# elements at 32-64 threads ran at 0.085-0.095 us per row per SM, its pace; a free fit gave 0.97 of it.
+
+# Registers, from the compiler rather than timings. What the H200's compiler allocated shows in which
+# block sizes launched: every candidate that ran or failed for too many registers in A-E brackets its
+# kernel's count. A line of 2.5 registers per vector load beyond the buffer (the old rule) predicted
+# four launched kernels unlaunchable (v4 x 32 at 1024 threads, v1 x 16 fp32 softmax); the per-load cost
+# grows with the loads a thread hoists (more addresses live at once): REGS_PER_LOAD + REGS_PER_LOAD2 *
+# loads per load fits every bracket but fp32 layer norm's v1 x 16 and v4 x 32, which did not launch at
+# 1024 threads (over 64 registers) where the rule says 62-63: REGS_SPREAD keeps those blocks out.
+REGS_PER_LOAD, REGS_PER_LOAD2 = 0.9, 0.05
+# Past 255 the compiler rematerializes addresses before it spills: ptxas 13.0 (sm_90) fits 128-element
+# buffers of 2-byte-or-wider vectors in 255 registers (0-24 bytes of spill) and spills v1 x 128
+# (1.3-1.8 kB): at most this many registers per load then, between the 0.84 and 1.68 those bound.
+REGS_MIN_PER_LOAD = 1.25
+REGS_SPREAD = 4.0  # registers a kernel's count may differ from the rule by (half an allocation granule):
+#                    a persistent candidate's time is the mean over count - 4, count, count + 4, so a block
+#                    size at an occupancy edge is not bet on (fp32 layer norm 7142 x 12100, v4 x 32: 2 blocks
+#                    of 512 predicted, 1 ran, 212 against 171 us)
 
 
 def registers(d, k, q) -> tuple[float, float]:
-    """(registers per thread the kernel needs, registers past the spill budget): the profile's
-    overhead plus the buffer and its loads' addresses; the spill budget is the registers the
-    calibration kernel had at ``normalization.max_persistent_elements_per_thread``."""
+    """(registers per thread the kernel needs, registers it spills): the profile's overhead plus
+    the buffer and its loads' addresses, capped at 255 by rematerializing addresses, spilling what
+    even that cannot hold past the budget of ``normalization.max_persistent_elements_per_thread``."""
     overhead = q("normalization.additional_registers", P.DEFAULTS["normalization.additional_registers"])
     max_buf = q("normalization.max_persistent_elements_per_thread",
                 P.DEFAULTS["normalization.max_persistent_elements_per_thread"])
     vec, buf = int(k["vec"]), int(k["buffer"])
-    if k["strategy"] == "persistent":
-        regs = overhead + buf + REGS_PER_LOAD * buf / vec
-    else:  # one vector's registers per load, whatever the unroll: every multi-pass kernel ran at 2048 threads/SM
-        regs = overhead + vec * d.itemsize_bytes / 4
-    return regs, max(0.0, regs - (overhead + max_buf))
+    if k["strategy"] != "persistent":  # one vector's registers per load: every multi-pass kernel ran at 2048/SM
+        return overhead + vec * d.itemsize_bytes / 4, 0.0
+    loads = buf / vec
+    need = overhead + buf + (REGS_PER_LOAD + REGS_PER_LOAD2 * loads) * loads
+    if need <= 255:
+        return need, 0.0
+    squeezed = overhead + buf + REGS_MIN_PER_LOAD * loads
+    return 255.0, max(0.0, squeezed - min(255.0, overhead + max_buf))
 
 
-def model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
-    """A block per row. Per SM: the blocks resident at once (registers, threads, 32 at most)
-    each live a chain of latencies (a load latency per pass of loads in flight, reductions, the
-    per-thread work), plus the SM's streaming ceiling for the bytes it reads and its spills; the
-    machine: DRAM (or L2) bandwidth for every byte, the multi-pass second read from L2 while the
-    rows in flight fit there. The busiest SM has ceil(rows / SMs) rows."""
+def _pnorm(a: float, b: float, p: float) -> float:
+    return (a ** p + b ** p) ** (1 / p)
+
+
+def _model(d: NormDescriptor, k, q, extra_regs: float, hidden: bool) -> float:
     e, rows, cols = d.itemsize_bytes, d.rows, d.cols
     threads, vec = int(k["threads"]), int(k["vec"])
     sms = P.sm_count(q)
     persistent = k["strategy"] == "persistent"
     regs, spilled = registers(d, k, q)
-    if hidden:
-        regs += 2 if persistent else 0
+    if persistent:
+        regs = min(255.0, regs + extra_regs)
     alloc = min(255, 8 * math.ceil(min(regs, 255) / 8))
     if alloc * threads > 65536:  # the block cannot launch
         return math.inf
@@ -156,34 +192,65 @@ def model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
     per_sm = math.ceil(rows / sms)
     resident = min(bps, per_sm)
     row_bytes = cols * e
+    per_thread = math.ceil(math.ceil(cols / vec) / threads)  # vectors per thread and pass (multi-pass)
     read = q("memory.dram.read_bandwidth_gbps", P.DRAM_DEFAULT_GBPS) * 1e3  # bytes per us
-    need = q("memory.bytes_in_flight_per_sm", P.DEFAULTS["memory.bytes_in_flight_per_sm"])
-    latency = LATENCY_SCALE * need / (read / sms)
     l2 = q("memory.l2.read_bandwidth_gbps", P.DEFAULTS["memory.l2.read_bandwidth_gbps"]) * 1e3
+    need = q("memory.bytes_in_flight_per_sm", P.DEFAULTS["memory.bytes_in_flight_per_sm"])
+    lat_dram, lat_l2 = LATENCY_SCALE * need / (read / sms), LATENCY_SCALE * need / (l2 / sms)
     bw = norm_gbps(q, vec * e) * 1e3
+    issue = q("compute.fp32.fma_tflops", P.DEFAULTS["compute.fp32.fma_tflops"]) * 1e6 / 2 / sms  # slots/us/SM
     total = d.bytes_moved
     f = P.streamed_l2_fraction(q, total)  # a call streams its rows once (the pass over them, not a re-read)
-    per_thread = math.ceil(cols / threads)
-    life = 2 * REDUCE_US * threads / 1024 + ELEMENT_US * per_thread + LOAD_US * math.ceil(per_thread / vec)
-    t_machine = total * (f / l2 + (1 - f) / bw)
-    reads = row_bytes
-    if persistent:
-        life += latency
-    else:
-        life += math.ceil(cols / (threads * UNROLL * vec)) * latency
-        in_flight = min(rows, sms * bps) * row_bytes * L2_FOOTPRINT
-        g = max(P.l2_fraction(q, in_flight) * (0.9 if hidden else 1.0), f)
-        t_machine += rows * row_bytes * (g / l2 + (1 - g) / bw)
-        reads += row_bytes
-    if spilled:
-        budget = regs - spilled
-        reads += threads * spilled * 4 * SPILL_BYTES * (1 + spilled / budget) ** SPILL_GROWTH
-    sm_read = norm_gbps(q, 16) * 1e3 / sms * SM_CEILING
-    t_sm = math.ceil(per_sm / resident) * life + per_sm * BLOCK_US + per_sm * reads / sm_read
-    t = FIXED_US + (t_sm ** MACHINE_NORM + t_machine ** MACHINE_NORM) ** (1 / MACHINE_NORM)
+    cycling = min(1.0, (per_sm - 1) / resident)  # 0 while every row is resident at once
+    in_flight = min(rows, sms * bps) * row_bytes * (1 + (L2_FOOTPRINT - 1) * cycling)
+    g = max(P.l2_fraction(q, in_flight) * (0.9 if hidden else 1.0), f)  # the second read's L2 share
+    lat1, lat2 = f * lat_l2 + (1 - f) * lat_dram, g * lat_l2 + (1 - g) * lat_dram
+    exps = cols if d.op == "softmax" else 0
+    if persistent:  # the whole row in flight at once, then the buffer's chains
+        buf = int(k["buffer"])
+        slots = A_VEC * threads * (buf // vec) + MUFU * exps
+        life = lat1 + CHAIN_US * buf
+        second = 0.0
+    else:  # UNROLL_EFF vectors in flight per thread, twice over the row (the second time from L2 as it holds)
+        slots = A_VEC * threads * per_thread * 2 + MUFU * 3 * exps
+        life = per_thread / UNROLL_EFF * (lat1 + lat2) + 2 * CHAIN_US * per_thread * vec
+        second = rows * row_bytes
+    work = slots / issue  # the row's issue time on its SM
+    life += 2 * REDUCE_US * threads / 1024 + threads * spilled * 4 * SPILL_BYTES / (l2 / sms)
+    life += work / min(1.0, threads / 128)  # a block of fewer than four warps cannot use every scheduler
+    # Per SM: the first row's life, then each further row at its share of the resident blocks'
+    # latency plus its issue work, or at the SM's block pace.
+    t_sm = life + (per_sm - 1) * (life / resident + work)
+    t_pace = life + (per_sm - 1) * max(DISPATCH_US, threads * THREAD_US)
+    spill = rows * threads * spilled * 4 * SPILL_BYTES  # local memory through L2
+    t_machine = _pnorm((total * (1 - f) + second * (1 - g)) / bw, (total + second + spill) / l2, L2_NORM)
+    waves = per_sm / resident
+    t_machine *= (math.ceil(waves) / waves) ** TAIL_EXP
+    p = 1 + (MACHINE_NORM - 1) * (1 - 1 / resident)
+    t = FIXED_US + _pnorm(_pnorm(t_sm, t_pace, PACE_NORM), t_machine, p)
     if hidden:
         t += 0.004 * rows / sms
     return t
+
+
+def model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
+    """A block per row, ``R`` resident per SM (registers, threads, 32 at most). A block lives a load
+    latency (DRAM or L2, by the share of the rows L2 holds; per UNROLL_EFF vectors for multi-pass),
+    its dependent chains, two reductions, spills and its own issue time; an SM works its
+    ``ceil(rows / SMs)`` rows a life apart per ``R``, plus their issue time, or at its block pace.
+    The machine: DRAM for what L2 does not hold and L2 for every byte at once, the multi-pass second
+    read from L2 while the rows in flight fit there. A persistent candidate's time is the mean over
+    its register count +- REGS_SPREAD, and infinite (not launchable) if it would not launch at
+    + REGS_SPREAD. ``hidden``: the simulated device's truth (2 more registers than the rule, a tenth
+    less L2 for the second read, a block scheduling cost per row)."""
+    if hidden:
+        return _model(d, k, q, 2.0, True)
+    if k["strategy"] != "persistent":
+        return _model(d, k, q, 0.0, False)
+    # a block size that would not launch at the count + REGS_SPREAD is not offered: fp32 layer norm's
+    # v4 x 32 at 1024 threads (62 registers by the rule) failed to launch on the H200
+    ts = [_model(d, k, q, dr, False) for dr in (REGS_SPREAD, 0.0, -REGS_SPREAD)]
+    return sum(ts) / 3 if math.isfinite(ts[0]) else math.inf
 
 
 def heuristic(d, profile) -> Knobs:
