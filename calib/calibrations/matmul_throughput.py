@@ -11,8 +11,8 @@ on; bf16 is measured where CuPy can hold bfloat16 arrays.
 ``t = t0 + 2MNK / rate`` fitted over the points of the last regime along K, from K = FIT_K_MIN on,
 whose samples settled. What the H200 data (2026-12-01, both suites) shows, and why:
 
-- TF32 has two cuBLAS regimes along K: K ≤ 4096 about 340–350 TFLOP/s (even the fastest samples),
-  K ≥ 5120 about 410–415. One line through both missed by 7.8% (residuals 127–155× the noise,
+- TF32 has two cuBLAS regimes along K: K ≤ 4096 about 340–355 TFLOP/s (even the fastest samples),
+  K ≥ 5120 about 420–435. One line through both missed by 7.8% (residuals 127–155× the noise,
   CI ±8–14%). The fit finds the regime change as a jump of more than REGIME_JUMP in the achieved
   rate between neighbouring settled points, fits the large-K regime only, and says where the
   change lies (``diagnostics.regime_boundary_k``: the last K below it and the first K of it) and
@@ -20,25 +20,48 @@ whose samples settled. What the H200 data (2026-12-01, both suites) shows, and w
   boundary gets that, not the parameter.
 - fp16 and bf16 have one regime, but at K = 1024 and 1536 the points sit 0.4–0.7% off the line
   the larger K follow (a lack-of-fit flag, 4.7–6.3× the noise): the fit starts at K = 2048, where
-  the line misses by at most 0.3% (full: fp16 775.6 ±0.41%, bf16 808.8 ±0.32%, unflagged).
-- TF32 at K ≥ 5120 draws the H200 into its power cap within 13–20 launches (30–45 ms): the
-  samples of a point go from 413 to about 360 TFLOP/s within the point, often with no clock drop
-  NVML sees, and the point never settles (``stop_reason`` "budget") however often it is retried.
-  Its time is then a mix of two clock states, not the regime's: the fit leaves unsettled points
-  out (and names them in ``diagnostics.left_out_k``); only where fewer than 3 settled points
-  remain does it use them, flagged.
+  the line misses by at most 0.3–0.5%. What is left is the same at every run and host (K = 3072
+  +0.25%, 2048 −0.18%): a property of each K's kernel, which the CI, taken from the residuals,
+  carries.
 
-In the recorded full suite only K = 7168 and 8192 of the large TF32 regime settled, in the quick
-suite only 8192: no CI at all, whatever the model. The plan therefore measures TF32 at more K of
-the large regime (quick 5120–8192 in six points and 4096 below it, full eleven points from 1024),
-so that at least five settle even when a third do not; fp16 and bf16 start the quick suite at
-K = 2048 (five points where the fit looks). The next H200 run must show that five TF32 points
-settle in each suite and give ±1%.
+The power cap sets how a point is timed. Sustained TF32 at K ≥ 5120 draws an H200 into its power
+cap after 24–51 ms of back-to-back products (median 35 ms, 10–20 launches at K = 8192; 71 of the 100
+recorded points of eight suites, 2026-12-01), often with no clock drop NVML sees: the samples step
+from 422 to 410, 395, 380 TFLOP/s within the point. Points of 20–65 samples (the suite's stopping
+rule; the first sample of each batch times the host's launch after a synchronize, so 20 were
+needed) mixed the two states: a third of the TF32 points never settled, retries after a 1 s pause
+did no better, and the slope over the few settled ones came out ±1.9–2.6%. A point is therefore one
+short burst (``time_back_to_back``): WARMUP launches and SAMPLES timed ones enqueued without a
+synchronize between them, 18 ms at TF32 K = 8192, before the cap can bite. Its median's CI (with 5
+samples, half its range) is its settling test: within the suite's precision it settled; a burst the
+cap reached mid-way did not (``stop_reason`` "budget": the burst is its budget) and is measured
+again. Timed so (the recorded first attempts' back-to-back samples from the third launch of a batch
+on stand in for it), the recorded points settled but two (TF32 K = 8192 capped at its 10th launch,
+after the burst would have ended; one slow sample at TF32 K = 4096, which a retry measures again),
+and scattered about their lines by 0.05–0.18% (TF32) and 0.08–0.31% (fp16, bf16).
+
+The slope's CI with an intercept is set by the lever arm, the number of points and their scatter.
+TF32's regime spans only K = 5120–8192 (a lever arm of 1.6×; fp16's is 4×): over its six or seven
+recorded points the short bursts gave ±0.35–1.36%, so the plan measures it every 128 of K (25
+points) in both suites; each recorded run's own scatter planted over that grid gives a median of
+±0.14–0.56% and a 95th percentile of at most ±0.70%. fp16 and bf16 take K = 2048–8192 every 1024 in
+both suites (7 points; 1024 and 1536 before them in the full suite, outside the fit): over these the
+recorded full suites gave ±0.18–0.55%, and each K's own offset (the same at every run and host: K =
+3072 +0.24%, 2048 −0.17%, 8192 −0.13%) with the run-to-run scatter about it (0.07–0.09%) gives a
+median of ±0.38–0.43% with no lack-of-fit flag; denser K would add chances of one K missing by over
+0.5% and flagging the line. K stops at 8192: at larger K one TF32 launch is most of the burst the cap
+allows.
+
+Every point starts after an idle pause of IDLE_PER_BUSY times the GPU time of the burst before it
+(a 20% duty cycle; MIN_PAUSE_S to COOLDOWN_S; COOLDOWN_S before the first), and the points of each
+line are measured alternately from its two ends (``measure_order``), so that any drift of the GPU's
+state over a sweep scatters about the line instead of tilting it. The measure phase is then about
+5 s in the quick suite (40 points, 0.5 s of it products, 2.4 s pauses) and in the full one (47),
+predicted from the recorded points' times; with the suite's rule it took 8.5–14.3 and 21.6–23.4 s.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 
@@ -55,23 +78,30 @@ INTRO = """Products through `cupy.matmul` (cuBLAS) on random inputs, for fp16, b
 bfloat16 arrays) and tf32 (float32 with CuPy's TF32 mode): an 8192 × 8192 output with the reduction
 depth K up to 8192, so that cuBLAS's grid of output tiles is the same at every point;
 `t = t0 + 2·M·N·K / rate` over the regime large problems use gives `compute.<type>.tensor_tflops`.
-cuBLAS changes kernels along K: on an H200 TF32 runs at about 345 TFLOP/s for K ≤ 4096 and about
-414 from K = 5120 on. The fit finds such a change as a jump in the achieved rate between neighbouring
+cuBLAS changes kernels along K: on an H200 TF32 runs at about 350 TFLOP/s for K ≤ 4096 and about
+420–435 from K = 5120 on. The fit finds such a change as a jump in the achieved rate between neighbouring
 points and fits the last regime only, from K = 2048 on (fp16 and bf16 at K ≤ 1536 lie 0.4–0.7% off
-the line the larger K follow); the points it leaves out are drawn as crosses. Each point starts after an idle
-pause: sustained tensor-core work reaches the power cap. A point whose clock dropped or whose samples
-never settled is measured again after a longer pause, up to twice, and the fastest attempt is kept (the
-others stay in the results store); points still marked throttled ran capped. A point whose samples never
-settled (TF32 at large K reaches the power cap within a point: its samples fall from 413 to about 360
-TFLOP/s) is a mix of two clock states and is left out of the fit; only where fewer than three settled
-points remain is it used, and the record says so. A point that settled with every sample capped runs
-slower per flop than a point of smaller K: it is measured again, and if it stays above the line it is
-left out too (`diagnostics.capped_k`)."""
+the line the larger K follow); the points it leaves out are drawn as crosses. TF32's regime spans only
+K = 5120–8192, so it is measured every 128 of K there (25 points), fp16 and bf16 every 1024 from 2048.
+
+Sustained tensor-core work reaches the H200's power cap within 25–40 ms, and the samples of a point then
+step down by 3–10%. Each point is therefore one short burst timed before the cap can bite: 2 warm-up and
+5 timed launches enqueued back to back (18 ms at TF32 K = 8192), after an idle pause of 4× the previous
+point's GPU time (at least 0.05 s), the points of a line taken alternately from its two ends so that a
+drift of the GPU's state over the sweep scatters about the line instead of tilting it. A burst whose
+samples did not settle (the cap reached it mid-way: `stop_reason` "budget"), whose clock dropped, or
+that runs slower per flop than a point of smaller K by over 3% is measured again after a 0.5 s pause,
+up to twice, and the fastest attempt is kept (the others stay in the results store). A point that never
+settled is left out of the fit; only where fewer than three settled points remain is it used, and the
+record says so. A settled point that still lies above the line by over 1.5% (and by over 4 of its own
+standard errors) ran capped and is left out too (`diagnostics.capped_k`)."""
 READING = """The rate is cuBLAS's on a large, tile-aligned output before the power cap, in the regime large
 problems use; a heuristic choosing between a library call and a fused kernel compares its own achieved
 rate against this one. Below the regime change (`diagnostics.regime_boundary_k`: the last K below it and
 the first K of it, on an H200 TF32 between 4096 and 5120) cuBLAS achieves less: the record's
-`diagnostics.small_k_tflops` (TF32 on an H200: about 345 TFLOP/s, 0.84 of the parameter)."""
+`diagnostics.small_k_tflops` (TF32 on an H200: about 350 TFLOP/s, 0.81 of the parameter). A product long
+enough to reach the power cap (tens of milliseconds of back-to-back tensor-core work) runs 5–10% slower
+than this rate once the cap bites."""
 
 # CuPy reads its TF32 switch when it is imported: the notebook sets it first.
 ENVIRONMENT = {"CUPY_TF32": "1"}
@@ -82,16 +112,19 @@ SIM_DEFAULTS = {"sim.matmul_throughput.fixed_us": 20.0,
                 "sim.matmul_throughput.tf32_regime_k": 5120.0,
                 "sim.matmul_throughput.tf32_small_k_ratio": 0.84}
 MN = 8192
-# K stops at 8192: at larger K a single point ran long enough to reach the power cap (full suite,
-# K up to 16384: fp16 fell to 680 TFLOP/s with a ±5% CI; up to 8192: 762 ±0.6%, 2026-11-29).
-# Per type: TF32 is measured densely in its large-K regime (5120 on, on an H200), where a third of the
-# points may not settle (power cap within the point) and are left out; 4096 brackets the regime change.
-# fp16 and bf16 in the quick suite start where the fit does (K = 2048): five points in the fit.
-SUITES = {"quick": {"fp16": [2048, 3072, 4096, 6144, 8192], "bf16": [2048, 3072, 4096, 6144, 8192],
-                    "tf32": [4096, 5120, 6144, 6656, 7168, 7680, 8192]},
+# K stops at 8192: at larger K one TF32 launch is most of the burst the power cap allows (a point of
+# the full suite up to K = 16384, 2026-11-29, had fp16 fall to 680 TFLOP/s with a ±5% CI).
+# TF32's large-K regime (5120 on, on an H200) is a lever arm of 1.6x: measured every 128 of K (25
+# points) in both suites; 4096 brackets the regime change, and the full suite adds 1024-3072 for the
+# small-K rate. fp16 and bf16 every 1024 from K = 2048, where the fit starts (7 points); the full suite
+# adds 1024 and 1536, which show how the points below FIT_K_MIN leave the line.
+_TF32_LARGE_K = list(range(5120, 8192 + 1, 128))
+SUITES = {"quick": {"fp16": [2048, 3072, 4096, 5120, 6144, 7168, 8192],
+                    "bf16": [2048, 3072, 4096, 5120, 6144, 7168, 8192],
+                    "tf32": [4096] + _TF32_LARGE_K},
           "full": {"fp16": [1024, 1536, 2048, 3072, 4096, 5120, 6144, 7168, 8192],
                    "bf16": [1024, 1536, 2048, 3072, 4096, 5120, 6144, 7168, 8192],
-                   "tf32": [1024, 2048, 3072, 4096, 5120, 5632, 6144, 6656, 7168, 7680, 8192]}}
+                   "tf32": [1024, 2048, 3072, 4096] + _TF32_LARGE_K}}
 # The fit: the line over the last regime along K, from FIT_K_MIN on. A regime change is a rise of the
 # achieved rate by more than REGIME_JUMP between neighbouring settled points (TF32 on an H200: +18%;
 # fp16 and bf16 rise by at most 4% from one K to the next, the fixed cost amortized).
@@ -101,6 +134,11 @@ REGIME_JUMP = 0.08
 # through the uncapped points (TF32 376-392 against 406-413 TFLOP/s, three quick suites on an H200,
 # 2026-12-01) and made the CI ±25-33%; uncapped points scatter about it by at most 0.5%.
 CAPPED_FRACTION = 0.015
+# ... and by more than this many of its own standard errors: the capped H200 points lay 4-9% above the
+# line through the others with standard errors of 0.07-0.9%; on the noisy simulated GPU (4% a sample)
+# points 1.5% above the line by chance were left out 1.8 times a fit of 25 points without this, and
+# the rate's CI covered 84%.
+CAPPED_Z = 4.0
 # Measured again (after RETRY_COOLDOWN_S) when slower per flop than a point of smaller K by this much.
 RETRY_SLOWER_FRACTION = 0.03
 MIN_SETTLED = 3
@@ -115,8 +153,23 @@ PARAMETERS = tuple(Param(param_name(d), "TFLOP/s", f"dense {d} matmul through cu
 
 
 def plan(suite: str, *, memory_bytes: int = 2**34, dtypes=DTYPES, **_) -> list[dict]:
-    return [{"calibration": ID, "dtype": d, "m": MN, "n": MN, "k": k} for d in dtypes for k in SUITES[suite][d]
+    """The points of each type's line in the order they are measured: ``measure_order``."""
+    return [{"calibration": ID, "dtype": d, "m": MN, "n": MN, "k": k} for d in dtypes
+            for k in measure_order(SUITES[suite][d])
             if footprint_bytes({"dtype": d, "m": MN, "n": MN, "k": k}) < memory_bytes / 4]
+
+
+def measure_order(ks) -> list:
+    """``ks`` taken alternately from the two ends of their sorted order (smallest, largest, second
+    smallest, ...): a drift of the GPU's state over a line's sweep (its temperature, a boost bin)
+    then scatters about the line instead of tilting it, as it did when K only went up."""
+    ks = sorted(ks)
+    out = []
+    while ks:
+        out.append(ks.pop(0))
+        if ks:
+            out.append(ks.pop())
+    return out
 
 
 def element_bytes(dtype: str) -> int:
@@ -176,9 +229,13 @@ def large_k_regime(g):
                          "(a mix of clock states: the power cap within the point)")
     # A point that settled in the capped state lies above the regime's line, never below it: the
     # point furthest above the line through the remaining points (itself included) is left out
-    # while it misses by more than CAPPED_FRACTION and more than MIN_SETTLED points remain.
+    # while it misses by more than CAPPED_FRACTION, lies above the line through the others by more
+    # than CAPPED_Z of its own standard errors (noise alone does not make a point capped: a one-sided
+    # rule on noise biases the line), and more than MIN_SETTLED points remain.
     capped = np.zeros(len(k), dtype=bool)
     t = g["time_us"].to_numpy(dtype=float)
+    se = g["se_us"].to_numpy(dtype=float) if "se_us" in g else np.zeros(len(k))
+    se = np.where(np.isfinite(se), se, np.inf)
     x = flops(g)
     while (use & ~capped).sum() > MIN_SETTLED:
         keep = use & ~capped
@@ -186,6 +243,11 @@ def large_k_regime(g):
         above = np.where(keep, t / (icpt + slope * x) - 1, -np.inf)
         worst = int(np.argmax(above))
         if above[worst] <= CAPPED_FRACTION:
+            break
+        others = keep.copy()
+        others[worst] = False
+        slope, icpt = np.polyfit(x[others], t[others], 1)
+        if t[worst] - (icpt + slope * x[worst]) <= CAPPED_Z * se[worst]:
             break
         capped[worst] = True
     if capped.any():
@@ -243,19 +305,33 @@ def prepare(b, configs):
         print("calib: TF32 points need CUPY_TF32=1 set before CuPy is imported; they will be reported unsupported")
 
 
-# Sustained tensor-core matmul brings an H200 to its power cap within about a second, and the clocks
-# then drop: fp16 fell from 760 to 670 TFLOP/s at K >= 10240 in a back-to-back sweep (2026-11-29).
-# Each matmul point starts after an idle pause so that every point of a line is measured in the same,
-# uncapped state; a point that capped anyway is still marked throttled by the NVML readings.
+# Sustained tensor-core matmul brings an H200 to its power cap, and the clocks then drop: fp16 fell
+# from 760 to 670 TFLOP/s at K >= 10240 in a back-to-back sweep (2026-11-29), and TF32 at K >= 5120
+# stepped from 422 to 410-380 TFLOP/s after 24-51 ms of back-to-back launches (median 35 ms; 71 of
+# 100 recorded points of 20-65 samples, eight suites on two hosts, 2026-12-01). A point is therefore
+# one burst: WARMUP launches and SAMPLES timed ones, enqueued without a synchronize between them
+# (``time_back_to_back``), 7 launches or 18 ms at TF32 K = 8192. Two warm-ups because after an idle
+# GPU the first launch times the host's enqueue and the second ran 0.1-1.4% fast at K <= 2048; the
+# third on matched the rest of its batch (within 0.1%).
+WARMUP = 2
+SAMPLES = 5
+# Each burst starts after an idle pause of IDLE_PER_BUSY times the GPU time of the burst before it
+# (a 20% duty cycle), at least MIN_PAUSE_S, COOLDOWN_S before the first point of a process and at
+# most that: the power limiter reacts within milliseconds (within a point the rate came back to 421
+# after a few-ms gap between batches, 2026-12-01), so what must decay is the previous burst's state,
+# not a fixed time. With points of 20+ samples a fixed 0.25 s was the pause (and most of the time).
 COOLDOWN_S = 0.25
-BUDGET_S = 0.1
+IDLE_PER_BUSY = 4.0
+MIN_PAUSE_S = 0.05
 # Inside a suite the pause was not always enough: points of the quick suite ran with the SM clock
 # at 1590-1860 MHz instead of 1980, 7-20% slow, and made the TF32 CI ±22% (H200, 2026-11-29). The
 # same points were the ones whose samples never settled (the stopping rule ran out of budget),
 # also where NVML's two clock readings missed the drop. Such a point is measured again after a
 # longer pause, and the fastest attempt is kept: the parameter is the unthrottled rate. Attempts
 # set aside stay in the results store (role "set_aside"); a point that never settles stays marked.
-RETRY_COOLDOWN_S = 1.0
+# The retry's pause: the recorded first attempts after 0.25 s all started uncapped (1 s pauses were
+# 0.1-0.3% faster still, not more often settled), so twice that.
+RETRY_COOLDOWN_S = 0.5
 THROTTLE_RETRIES = 2
 THROTTLED_CLOCK_FRACTION = 0.97
 
@@ -299,24 +375,62 @@ def measure(b, config: dict):
         with b.stream:
             cp.matmul(src[i % 2][0], src[i % 2][1], out=dst[i % 2])
 
-    # A noisy point would otherwise keep sampling for up to the rule's budget, heat the GPU into the
-    # power cap and get noisier still: at most BUDGET_S of matmul per point.
-    rule = dataclasses.replace(b.rule, budget_s=min(b.rule.budget_s, BUDGET_S))
+    rule = point_rule(b.rule)
     too_slow, remember = capped_guard(b, dtype_name, m, n, k)
     kept = measure_unthrottled(b, launch, rule, {"library": "cuBLAS via cupy.matmul", "dtype": dtype_name},
-                               too_slow=too_slow)
+                               too_slow=too_slow, timer=lambda launch, *, rule, perf_config:
+                               time_back_to_back(b, launch, rule=rule, perf_config=perf_config))
     remember(kept)
     return kept
 
 
+def point_rule(rule):
+    """The stopping rule of one point: one batch of SAMPLES, settled when its median's CI (with 5
+    samples, half its range) is within the suite's precision; otherwise its budget, the burst, is
+    spent (``stop_reason`` "budget", as for a point of the suite's rule that never settled)."""
+    from ..timing import StoppingRule
+
+    return StoppingRule(min_samples=SAMPLES, max_samples=SAMPLES + 1, batch=SAMPLES,
+                        rel_precision=rule.rel_precision, budget_s=0.0)
+
+
+def time_back_to_back(b, launch, *, rule, perf_config=None):
+    """One burst on ``b.stream``: WARMUP launches, then ``rule.batch`` launches each between CUDA
+    events, all enqueued before the one synchronize (the host enqueues a product in tens of
+    microseconds, a product takes 0.2 ms or more: the GPU never waits for the host between them).
+    The clocks are read while the burst runs; ``rule.stop_reason`` says whether it settled."""
+    from ..nvml import merge_readings
+    from ..timing import Measurement
+
+    cp = b.cp
+    n = rule.batch
+    starts = [cp.cuda.Event() for _ in range(n)]
+    stops = [cp.cuda.Event() for _ in range(n)]
+    for i in range(WARMUP):
+        launch(i)
+    for j in range(n):
+        starts[j].record(b.stream)
+        launch(WARMUP + j)
+        stops[j].record(b.stream)
+    reading = b.clocks.read()  # while the burst runs
+    stops[-1].synchronize()
+    samples = np.asarray([cp.cuda.get_elapsed_time(a, z) * 1e3 for a, z in zip(starts, stops)])
+    protocol = {"timer": "cuda events per launch, one burst enqueued back to back", "warmup_launches": WARMUP,
+                "rule": rule.to_dict(), "perf_config": perf_config or {}}
+    return Measurement(samples, stop_reason=rule.stop_reason(samples), protocol=protocol,
+                       clocks=merge_readings([reading]))
+
+
 def capped_guard(b, dtype_name: str, m: int, n: int, k: int):
     """``too_slow(measurement)`` for a point of the line (type, M, N) at this K: a reason where it
-    runs slower per flop than a point of smaller K measured before it on ``b`` (the plan goes up in
-    K) by RETRY_SLOWER_FRACTION, since it then ran capped; and ``remember(kept)``, which records the
-    kept point's rate for the points after it. From FIT_K_MIN on only; per backend: one run, one GPU."""
-    fastest = b.__dict__.setdefault("_matmul_fastest", {})
-    line, work = (dtype_name, m, n), 2.0 * m * n * k
-    floor = fastest.get(line) if k >= FIT_K_MIN else None
+    runs slower per flop than a point of smaller K measured before it on ``b`` by
+    RETRY_SLOWER_FRACTION (the rate only rises with K within a regime), since it then ran capped;
+    and ``remember(kept)``, which records the kept point's rate for the points after it. From
+    FIT_K_MIN on only; per backend: one run, one GPU."""
+    rates = b.__dict__.setdefault("_matmul_fastest", {}).setdefault((dtype_name, m, n), {})
+    work = 2.0 * m * n * k
+    below = [r for kk, r in rates.items() if kk < k]
+    floor = max(below) if k >= FIT_K_MIN and below else None
 
     def too_slow(meas):
         rate = work / meas.median_us * 1e-6
@@ -326,7 +440,7 @@ def capped_guard(b, dtype_name: str, m: int, n: int, k: int):
 
     def remember(kept):
         if k >= FIT_K_MIN and unsettled(kept) is None and too_slow(kept) is None:
-            fastest[line] = max(fastest.get(line, 0.0), work / kept.median_us * 1e-6)
+            rates[k] = max(rates.get(k, 0.0), work / kept.median_us * 1e-6)
 
     return too_slow, remember
 
@@ -345,21 +459,35 @@ def unsettled(m) -> str | None:
     return None
 
 
-def measure_unthrottled(b, launch, rule, perf: dict, too_slow=None):
-    """Time ``launch`` after an idle pause; while the point looks throttled (or ``too_slow(m)``
-    gives a reason), try again after a longer pause, up to THROTTLE_RETRIES times, and keep the
-    fastest attempt. The pause and the attempt are bookkeeping, kept in the protocol beside the
-    perf-config, not in it."""
+def pause_s(b) -> float:
+    """The idle pause before a point's first attempt: IDLE_PER_BUSY times the GPU time of the burst
+    before it on ``b`` (MIN_PAUSE_S to COOLDOWN_S), COOLDOWN_S where there was none."""
+    busy = b.__dict__.get("_matmul_busy_s")
+    return COOLDOWN_S if busy is None else min(COOLDOWN_S, max(MIN_PAUSE_S, IDLE_PER_BUSY * busy))
+
+
+def busy_s(m) -> float:
+    """The GPU time of one attempt: its timed launches and its warm-ups."""
+    return (m.n + int(m.protocol.get("warmup_launches", 0))) * m.median_us * 1e-6
+
+
+def measure_unthrottled(b, launch, rule, perf: dict, too_slow=None, timer=None):
+    """Time ``launch`` (through ``timer``, by default ``b.time_launches``) after an idle pause
+    (``pause_s``); while the point looks throttled (or ``too_slow(m)`` gives a reason), try again
+    after RETRY_COOLDOWN_S, up to THROTTLE_RETRIES times, and keep the fastest attempt. The pause
+    and the attempt are bookkeeping, kept in the protocol beside the perf-config, not in it."""
     def why(m):
         return unsettled(m) or (too_slow(m) if too_slow is not None else None)
 
+    timer = timer or b.time_launches
     attempts = []
     for attempt in range(1 + THROTTLE_RETRIES):
-        cooldown_s = COOLDOWN_S if attempt == 0 else RETRY_COOLDOWN_S
+        cooldown_s = pause_s(b) if attempt == 0 else RETRY_COOLDOWN_S
         b.stream.synchronize()
         time.sleep(cooldown_s)
-        m = b.time_launches(launch, rule=rule, perf_config=dict(perf))
+        m = timer(launch, rule=rule, perf_config=dict(perf))
         m.protocol.update(cooldown_s=cooldown_s, attempt=attempt + 1)
+        b._matmul_busy_s = busy_s(m)
         attempts.append(m)
         if why(m) is None:
             break
