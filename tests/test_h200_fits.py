@@ -10,7 +10,6 @@ import pytest
 
 from calib import calibrations
 from calib.backends.sim import SimBackend
-from calib.calibrations import cache_hierarchy as l2
 from calib.calibrations import matmul_throughput as mm
 from calib.sweep import frame_from
 
@@ -131,34 +130,6 @@ def test_the_simulated_device_shares_the_two_tf32_regimes():
     assert rec["diagnostics"]["regime_boundary_k"] == [4096.0, 5120.0]
     lo, hi = rec["ci95"]
     assert lo < b.truth[mm.param_name("tf32")] < hi
-
-
-@pytest.mark.parametrize("suite,end_pm", [("quick", 0.22), ("full", 0.13)])
-def test_the_l2_hinge_on_the_recorded_h200_sweeps(suite, end_pm):
-    """The recorded grids (20 and 36 working sets) give the ramp's end ±21% and ±12%: the scatter
-    between neighbouring working sets, not the hinge's shape (see the module)."""
-    result = calibrations.fit(l2.ID, _frame("l2", suite))
-    cap, end = result.records[l2.CAPACITY], result.records[l2.RAMP_END]
-    assert 42e6 < cap["value"] < 50e6 and 100e6 < end["value"] < 135e6
-    assert _pm(end) < end_pm
-
-
-@pytest.mark.parametrize("suite", ["quick", "full"])
-def test_the_l2_plan_locates_the_ramp_end_within_five_percent_at_the_h200_scatter(suite):
-    """The recorded full sweep's hinge with its own scatter (3.4% of the time between working sets)
-    planted over the new grids: the ramp's end within ±5% (the recorded grids: ±12-21%)."""
-    hinge = calibrations.fit(l2.ID, _frame("l2", "full")).models["hinge"]
-    rel = float(np.std((hinge.t_us - hinge.fitted_us) / hinge.fitted_us))
-    assert 0.02 < rel < 0.05
-    grid = pd.DataFrame([c for c in l2.plan(suite, l2_bytes=62914560) if c["series"] == "working_set"])
-    t = l2._model((np.log2(grid.working_set_bytes.to_numpy(float)), l2.bytes_read(grid)), *hinge.params)
-    widths = []
-    for seed in range(5):
-        g = grid.assign(time_us=t * (1 + rel * np.random.default_rng(seed).standard_normal(len(t))),
-                        n_samples=20, se_us=t * 1e-3)
-        rec = l2.fit(g).records[l2.RAMP_END]
-        widths.append(_pm(rec))
-    assert np.median(widths) < 0.05, widths
 
 
 def test_points_that_settled_capped_are_left_out_of_the_tf32_line():
