@@ -74,6 +74,8 @@ np = lazy("numpy")
 
 ID = __name__.rsplit(".", 1)[-1]
 TITLE = "Dense matmul throughput (cuBLAS)"
+# fit, plot and write after measuring: 5.7 s (three quick suites on an H200, 2026-12-01); see _base.TAIL_S
+TAIL_S = 5.7
 INTRO = """Products through `cupy.matmul` (cuBLAS) on random inputs, for fp16, bf16 (where CuPy holds
 bfloat16 arrays) and tf32 (float32 with CuPy's TF32 mode): an 8192 × 8192 output with the reduction
 depth K up to 8192, so that cuBLAS's grid of output tiles is the same at every point;
