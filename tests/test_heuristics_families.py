@@ -95,7 +95,8 @@ def test_splitk_space_reads_and_baseline(sim_prof):
     assert names == {"device.sm_count", "compute.fp16.tensor_tflops", "compute.fp32.fma_tflops",
                      "memory.dram.copy_bandwidth_gbps", "memory.dram.copy_bandwidth_gbps.align16",
                      "memory.dram.read_bandwidth_gbps", "memory.dram.read_bandwidth_gbps.align16",
-                     "memory.dram.fixed_cost_us", "matmul.splitk.elements_reduced_per_second"}
+                     "memory.dram.write_bandwidth_gbps", "memory.dram.write_bandwidth_gbps.align16",
+                     "memory.l2.capacity_bytes", "matmul.splitk.elements_reduced_per_second"}
     # H200, 2026-12-01: cuBLAS splits a skinny output's long K itself, and CuPy's batched path runs
     # fp16 in FP32 on the CUDA cores, so even a skinny output with a long K is not split; nor a square
     from calib.heuristics.predictor import q_of

@@ -8,28 +8,27 @@ runs the s products in one launch, s times as many tiles to spread over the SMs)
 :data:`SOURCE`'s ``splitk_sum<T>`` adds the s partials. The knob is ``split`` (1..32, dividing K,
 at least 128 of K per slice).
 
-The model describes what CuPy and cuBLAS do, as measured on an H200 on 2026-12-01
-(bench/results/2026-12-01-h200-heuristics-seed0, 100 problems, every split timed): split 1 is one
-cublasGemmEx (tensor cores for fp16; SIMT FP32 for fp32): the padded output tiles' flops at a share
-of the profile's peak, spread over the SMs by cuBLAS's own split-K/stream-K (few tiles times K in
-units of 64), or the operands at DRAM speed if slower, plus the launch and, for a long K over few
-tiles, cuBLAS's own reduction. Split s > 1 goes through CuPy's batched matmul, which (CuPy's
-``_routines_linalg.matmul``) promotes fp16 to fp32 and makes both operands contiguous: the
-transposed K-slices of At are copied (and cast), B is cast, one FP32 strided-batched GEMM runs on
-the CUDA cores (no tensor cores, even for fp16), the fp32 partials are cast back, then
-``splitk_sum`` adds them.
+The model describes what CuPy and cuBLAS do, as measured on three H200 hosts on 2026-12-01 (five
+recordings of every split's device time, bench/results/2026-12-01-h200-heuristics-*):
 
-The conclusion on the H200: an external split almost never pays. Split 1 was the fastest in 95 of
-100 problems; fp16 split 2..32 took 2.3x-55x as long (6688x144x35840: 141 us unsplit, 3609-3940 us
-split), fp32 up to 16x; the five exceptions are fp32 outputs of 16 rows with a long K, 3-21% faster
-split, which the model does not resolve (the heuristic then loses up to 17%, as the library op
-does). Replay of that file: heuristic geomean 0.996 of the exhaustive best (0.441 before), worst
-0.828. Split 1's constants were then refitted on that file and a second host's recording of the same
-problems (...-after, each with its host's profile), with 100 other problems (...-after/seed1) held
-out: predictor median |error| (the heuristic's choice, split 1 nearly always) 10.1/11.1% -> 7.0/7.7%
-on the two fitted, 10.3% -> 9.6% held out (p90 21/21/28%, worst 30/28/49%); split > 1 candidates
-median 20-21%. Left: tiny launch-bound problems (cuBLAS's kernel choice at 5-9 us; held-out
-memory-bound median 12.7%) and the m = 16 fp32 cases, which need the batched path within 5%.
+- split 1 is one cublasGemmEx (tensor cores for fp16; SIMT FP32 for fp32). cuBLAS picks a kernel
+  (an output tile) and its own internal split of K; the model takes the fastest of those
+  configurations (:func:`gemm_us`), each timed as output tiles in waves over the SMs, every tile's
+  K loop bound by its flops at the SM's share of the profile's peak or by one CTA's latency per
+  step, the operands that do not stay in L2 at DRAM speed, the epilogue's store of C, the launch,
+  and for an internal split the reduction kernel;
+- split s > 1 goes through CuPy's batched matmul, which (``_routines_linalg.matmul``) promotes fp16
+  to fp32 and makes both operands contiguous: the transposed K-slices of At are copied (and cast),
+  B is cast, one FP32 strided-batched GEMM runs on the CUDA cores (no tensor cores, even for fp16,
+  and no internal split: the batch is its parallelism), the fp32 partials are cast back, then
+  ``splitk_sum`` adds them.
+
+The conclusion on the H200: an external split almost never pays. Split 1 was the fastest in 477
+of 500 recorded problems; fp16 split 2..32 took 2.3x-55x as long (6688x144x35840: 141 us unsplit,
+3609-3940 us split); the exceptions are fp32 outputs of 16-64 rows with a long K (3-24% faster
+split). The constants below were fitted on recordings A-D (two problem sets on two hosts, each with
+its host's profile) with E (a third host, a problem set never looked at) held out; the README has
+the replay numbers.
 """
 
 from __future__ import annotations
@@ -81,66 +80,126 @@ def space(d: SplitKDescriptor) -> list[Knobs]:
     return [Knobs(split=s) for s in SPLITS if d.k % s == 0 and (s == 1 or d.k // s >= MIN_K_PER_SLICE)]
 
 
-# Empirical constants of cuBLAS on the H200 (CuPy 14.2, CUDA 13.2), fitted to split 1 of two recordings of the
-# same 100 problems on two hosts, each with its own host's profile (2026-12-01): bench/results/
-# 2026-12-01-h200-heuristics-seed0 (profile-call3-full.json) and ...-after (profile-call5-full.json); the 100
-# problems of ...-after/seed1 were held out. Rates are fractions of the profile's own peaks, so another GPU
-# scales them.
-GEMM_EFFICIENCY = {"tensor": 0.99, "simt": 0.72}  # cuBLAS's asymptotic share of the profile's peak
-BATCHED_SIMT_EFFICIENCY = 0.60  # CuPy's batched path: gemmStridedBatchedEx in FP32 on the CUDA cores
-MIN_TILE = {"tensor": 16, "simt": 32}  # the narrowest output tile a dimension is padded to (128 at most)
-# cuBLAS's FP32 tiles narrower than 64 (an output of 16 or 32 rows or columns) run at this share of the wide
-# tiles' rate: 16x2704x56576 took 307 us, 16x3488x12544 111 us, 3440x32x4352 40 us (2026-12-01), where the
-# wide-tile rate over a 32-wide pad predicts 1.6-1.7x less and a 64-wide pad 1.2-1.4x more
-NARROW_SIMT_EFFICIENCY = 0.59
-K_PER_UNIT = 64  # cuBLAS (stream-K / split-K inside) spreads few output tiles over K in units of this ...
-MAX_INTERNAL_SPLIT = 64  # ... into at most this many: 16x16x27392 fp32 took 16.9 us, 32x16x12288 13.7 us,
-# 64x256x13056 23.1 us (2026-12-01), 1.3x what spreading one or two tiles over all 132 SMs predicts
-INTERNAL_SPLIT_K = 1024  # from this K on, a few-tile GEMM pays cuBLAS's own reduction: a second launch
-# (fp16 16x48x1536 7.5 us and 144x96x1792 8.7 us, where K = 256..512 ran in 5.2-5.7 us)
-INTERNAL_SPLIT_COST = 0.6  # that reduction, in units of the profile's kernel fixed cost
-GEMM_EXTRA_FIXED_US = 1.6  # a cuBLAS launch beyond the profile's kernel fixed cost
-DRAM_EFFICIENCY = 0.93  # of the read bandwidth, for a GEMM streaming its operands once
-TRANSPOSE_EFFICIENCY = 0.2  # CuPy's strided copy of the transposed K-slices, of the copy bandwidth
+# Empirical constants of CuPy 14.2 / cuBLAS (CUDA 13.2) on the H200, fitted to the split-1 and
+# batched times of four recordings (2026-12-01: bench/results/2026-12-01-h200-heuristics-seed0 with
+# its profile-call3-full.json, ...-after and ...-after/seed1 with profile-call5-full.json,
+# ...-live3/seed1 with the shipped profile; ...-live3/seed2 held out). Rates are fractions of the
+# profile's own peaks and bandwidths, so another GPU scales them; the fixed costs are absolute,
+# since the profile's kernel fixed cost moved 4.24 -> 4.43 us between two hosts whose GEMM times
+# agree within 2% (the normalization model does the same).
+#
+# The configurations cuBLAS chooses among. Output tiles: the tensor-core kernels' 64- and 128-wide
+# tiles, the SIMT kernels' 32, 64 and 128; internal split of K: powers of two to 64, each slice
+# at least KMIN of K (an FP32 kernel splits even a short K: its floor below is two kernels).
+TILES = {"tensor": (64, 128), "simt": (32, 64, 128)}
+INTERNAL_SPLITS = (1, 2, 4, 8, 16, 32, 64)
+KMIN = {"tensor": 128, "simt": 32}
+# Launch and a minimal K loop, one kernel: fp16 64x48x256 took 4.58 us, 16x992x256 4.80 us,
+# 32x496x256 4.79 us, 16x16x512 5.31-5.36 us on three hosts; the SIMT kernels' is the FP32 floor
+# below less the reduction kernel.
+LAUNCH_US = {"tensor": 4.2, "simt": 4.7}
+# cuBLAS's own split-K pays a second kernel (its reduction of the partial tiles): few-tile fp16
+# GEMMs with K from about 2k sit at 8.5-10 us (16x16x16128 8.9 us, 32x32x28672 8.7 us,
+# 32x656x5120 9.7 us) where K of 256-768 ran in 4.6-5.8 us; the FP32 floor, which always splits,
+# is 8.5-9.5 us (96x48x512 8.6 us, 2960x32x256 8.8 us, 16x16x2560 9.7 us).
+INTERNAL_SPLIT_US = 4.15
+# One CTA's K loop when nothing else bounds it (latency per K step), per element of K, for a tile
+# whose two sides sum to 256 (a 128x128 tile; it scales with the sides, the bytes a step loads):
+# fp16 64x16 (one 64x64 tile) took 4.93, 5.28 and 6.31 us at K = 512, 768, 1536 (1.1-1.4 ns/K);
+# an FP32 32x32 tile, 15 ns/K: 16x16x59392 batched in 2 products of K 29696 took 445 us.
+STEP_NS = {"tensor": 2.2, "simt": 61.0}
+# Share of the profile's peak that a tile's flops (padded to whole tiles) run at with the SMs busy:
+# fp16 7232x1072x7424 took 160-164 us on two hosts (1.01 of each profile's 790 and 772 TFLOPS),
+# fp32 1360x4464x8704 2117 us and 3792x736x18432 2133 us (0.77-0.78 of 66.5 TFLOPS; 0.75 fits
+# the fp32 problems as a whole).
+EFFICIENCY = {"tensor": 1.01, "simt": 0.75}
+# A 64-wide tensor-core tile loads twice the operand bytes per flop of a 128-wide one: 0.56 of the
+# rate with the SMs busy. It still wins where it makes more CTAs: the K loops of 320x384x512 and
+# 96x864x768 took 1.3 and 1.6 us (5.46 and 5.80 us in all), where one 128-wide CTA per tile
+# needs 2.8 and 4.2 us.
+TENSOR_64_EFFICIENCY = 0.56
+# SIMT tiles narrower than 128: 32 rows (the m side, M of C) at 0.55, 32 columns at 0.57, a 64-wide
+# side at 0.8 (32x1888x34048 took 166 us, 32x3152x17664 147 us, 3440x32x4352 40 us, 2400x32x7424
+# 46 us, 64x6688x21760 426 us, 7904x64x2816 80 us).
+SIMT_NARROW_EFFICIENCY = {"m": 0.55, "n": 0.57, 64: 0.8}
+# In this layout (At transposed) cuBLAS's SIMT kernels give an output of up to 48 rows 32-row
+# tiles, not one 64-row tile: 48x1072x26624 took 176 us and 48x2240x6144 70 us (0.25 and 0.32 of
+# the FP32 peak), where 48 columns (432x48x23552 45 us, 4688x48x17152 244 us) reached 0.41-0.49
+# and one 64-row tile would give 0.45. The batched path's copied operands are another layout.
+SIMT_32_ROWS_UP_TO = 48
+# Of the read bandwidth, for operands streamed from DRAM: fp16 16x4912x40960 (403 MB) took
+# 101-104 us on two hosts, 32x3584x56576 (409 MB) 99-100 us. Operands that stay in L2 between
+# calls (the set under the L2's capacity, as predictor.streamed_l2_fraction says) cost no DRAM
+# time; the L2's bandwidth never bounds these GEMMs.
+DRAM_EFFICIENCY = 0.87
+# The epilogue's store of C is not hidden behind the K loop: at K = 256 fp16 1360x4720 (12.8 MB
+# of C) took 12.7 us and 1408x2448 (6.9 MB) 9.0 us, the launch, the flops' 4.1 and 2.2 us and
+# this many times the time to write C.
+EPILOGUE_WRITES = 1.6
+# The batched path's small kernels (the copy of At's slices, the casts, splitk_sum) each cost this
+# much in a back-to-back sequence (fp32 16x656x512 split 4, three kernels: 10.3 us; 96x48x512
+# split 4: 12.3 us) ...
+SMALL_KERNEL_US = 1.9
+# ... and CuPy's strided copy of the transposed K-slices of At moves its bytes at this share of the
+# copy bandwidth (3440x32x4352, 120 MB copied: split 2..32 took 148-200 us).
+TRANSPOSE_EFFICIENCY = 0.23
 
 
-def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str, efficiency: float,
-            batch: int = 1) -> float:
-    """One cuBLAS GEMM launch (``batch`` products of (m, k) by (k, n)): the padded output tiles'
-    flops at ``efficiency`` of the tensor or FP32 rate (less for a narrow FP32 tile), spread over
-    the SMs as far as the tiles times K in units of :data:`K_PER_UNIT` (at most
-    :data:`MAX_INTERNAL_SPLIT` per tile) allow (cuBLAS's own split-K/stream-K), or the operands at
-    DRAM speed if slower; plus the fixed costs (and cuBLAS's own reduction for a few-tile, long-K
-    product)."""
+def _tile_efficiency(path: str, tm: int, tn: int) -> float:
+    if path == "tensor":
+        return TENSOR_64_EFFICIENCY if min(tm, tn) < 128 else 1.0
+    f = (SIMT_NARROW_EFFICIENCY["m"] if tm == 32 else 1.0) * (SIMT_NARROW_EFFICIENCY["n"] if tn == 32 else 1.0)
+    return f * (SIMT_NARROW_EFFICIENCY[64] if 64 in (tm, tn) else 1.0)
+
+
+def _tiles_for(x: int, path: str, batch: int) -> tuple:
+    if path == "simt" and batch == 1 and x <= SIMT_32_ROWS_UP_TO:
+        return (32,)
+    return TILES[path]
+
+
+def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str, batch: int = 1) -> float:
+    """One cuBLAS GEMM launch (``batch`` products of (m, k) by (k, n), strided-batched when more
+    than one): the fastest of cuBLAS's configurations (an output tile, and for a single product
+    its own split of K). Each is the tiles in waves over the SMs, a tile's K loop bound by its flops
+    at its share of an SM's peak or by :data:`STEP_NS` per K, or the operands not held in L2 at
+    DRAM speed if slower (an internal split also writes and reads its partial tiles); plus the
+    epilogue's store of C, the launch, and an internal split's reduction kernel."""
     sms = P.sm_count(q)
     name = RATE["float16"] if path == "tensor" else RATE["float32"]
-    rate = q(name, P.DEFAULTS.get(name, 100.0)) * 1e6 * efficiency  # flop per us
-    tile_m = min(TILE, max(MIN_TILE[path], 1 << max(0, math.ceil(math.log2(m)))))
-    tile_n = min(TILE, max(MIN_TILE[path], 1 << max(0, math.ceil(math.log2(n)))))
-    if path == "simt" and min(tile_m, tile_n) < 64:
-        rate *= NARROW_SIMT_EFFICIENCY
-    tiles = math.ceil(m / tile_m) * math.ceil(n / tile_n) * batch
-    util = min(1.0, tiles * min(MAX_INTERNAL_SPLIT, max(1.0, k / K_PER_UNIT)) / sms)
-    t_mm = 2.0 * tile_m * tile_n * tiles * k / rate / util
+    peak = q(name, P.DEFAULTS.get(name, 100.0)) * 1e6 * EFFICIENCY[path]  # flop per us
+    dram = P.dram_gbps(q, "read", 16) * 1e3 * DRAM_EFFICIENCY  # bytes per us
     nbytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
-    t_mem = nbytes / (P.dram_gbps(q, "read", 16) * 1e3 * DRAM_EFFICIENCY)
-    t = P.fixed_us(q) + GEMM_EXTRA_FIXED_US + max(t_mm, t_mem)
-    if tiles < sms and k >= INTERNAL_SPLIT_K:
-        t += P.fixed_us(q) * INTERNAL_SPLIT_COST
-    return t
+    from_dram = 1.0 - P.streamed_l2_fraction(q, nbytes)
+    t_epilogue = EPILOGUE_WRITES * batch * m * n * out_bytes / (P.dram_gbps(q, "write", 16) * 1e3)
+    best = math.inf
+    for tm in _tiles_for(m, path, batch):
+        for tn in _tiles_for(n, path, batch):
+            tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
+            rate_sm = peak * _tile_efficiency(path, tm, tn) / sms
+            step_us = STEP_NS[path] * 1e-3 * (tm + tn) / 256
+            for s in INTERNAL_SPLITS:
+                if s > 1 and (batch > 1 or k / s < KMIN[path]):
+                    break
+                waves = max(1.0, tiles * s / sms)
+                per_cta = max(2.0 * tm * tn * (k / s) / rate_sm, step_us * k / s)
+                t_mem = (nbytes + (s * m * n * 4 if s > 1 else 0)) * from_dram / dram
+                t = max(waves * per_cta, t_mem) + t_epilogue + (INTERNAL_SPLIT_US if s > 1 else 0.0)
+                best = min(best, t)
+    return LAUNCH_US[path] + best
 
 
-def copy_us(q, nbytes: float, efficiency: float = 1.0) -> float:
-    """An elementwise copy (CuPy's ``ascontiguousarray``, a cast) of ``nbytes`` read plus written."""
-    return P.fixed_us(q) + nbytes / (P.dram_gbps(q, "copy", 16) * 1e3 * efficiency)
+def small_kernel_us(q, nbytes: float, efficiency: float = 1.0) -> float:
+    """An elementwise kernel of the batched path (CuPy's ``ascontiguousarray``, a cast, or
+    ``splitk_sum``) moving ``nbytes`` read plus written."""
+    return SMALL_KERNEL_US + nbytes / (P.dram_gbps(q, "copy", 16) * 1e3 * efficiency)
 
 
 def model_us(d: SplitKDescriptor, k, q, hidden: bool = False) -> float:
     s = int(k["split"])
     e = d.itemsize_bytes
     if s == 1:  # cupy.matmul of 2-D operands: one cublasGemmEx, tensor cores for fp16
-        path = "tensor" if d.dtype == "float16" else "simt"
-        t = gemm_us(q, d.m, d.n, d.k, e, e, path, GEMM_EFFICIENCY[path])
+        t = gemm_us(q, d.m, d.n, d.k, e, e, "tensor" if d.dtype == "float16" else "simt")
         if hidden:  # the simulated device's own effect: a prologue per wave of output tiles
             tiles = math.ceil(d.m / TILE) * math.ceil(d.n / TILE)
             t += 0.3 * math.ceil(tiles / P.sm_count(q))
@@ -148,14 +207,14 @@ def model_us(d: SplitKDescriptor, k, q, hidden: bool = False) -> float:
     # cupy.matmul of 3-D operands: fp16 is promoted to fp32 and both operands made contiguous
     # (the transposed K-slices of At copied, cast on the way), one FP32 strided-batched GEMM of
     # s products writes s*m*n fp32 partials, fp16 casts them back, then splitk_sum adds them.
-    t = copy_us(q, d.m * d.k * (e + 4), TRANSPOSE_EFFICIENCY)
+    t = small_kernel_us(q, d.m * d.k * (e + 4), TRANSPOSE_EFFICIENCY)
     if e != 4:
-        t += copy_us(q, d.k * d.n * (e + 4))
-    t += gemm_us(q, d.m, d.n, d.k // s, 4, 4, "simt", BATCHED_SIMT_EFFICIENCY, batch=s)
+        t += small_kernel_us(q, d.k * d.n * (e + 4))
+    t += gemm_us(q, d.m, d.n, d.k // s, 4, 4, "simt", batch=s)
     if e != 4:
-        t += copy_us(q, s * d.m * d.n * (4 + e))
+        t += small_kernel_us(q, s * d.m * d.n * (4 + e))
     rate = q("matmul.splitk.elements_reduced_per_second", P.DEFAULTS["matmul.splitk.elements_reduced_per_second"])
-    t += P.fixed_us(q) + s * d.m * d.n / rate * 1e6
+    t += SMALL_KERNEL_US + s * d.m * d.n / rate * 1e6
     if hidden:
         t *= 1.02
     return t
