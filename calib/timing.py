@@ -26,6 +26,12 @@ NOISY_IQR_FRACTION = 0.10
 # Samples further than this many robust standard deviations (1.4826 MAD) from the median are
 # interference (a context switch, another process's kernel), not the kernel's own time.
 OUTLIER_MADS = 3.5
+# ... with the robust sd at least this share of the median. Event timers tick in 32 ns steps, so a
+# steady kernel's samples tie at the median and their MAD is 0: every sample then counted as an
+# inlier, and one host-delayed launch (131.9 against 36.5 us, an H200 FMA point, 2026-12-01) moved
+# the point's mean by 15% and the FP32 line above the clock's limit. Half a percent keeps the
+# samples a timer step or two from the median and cuts gross ones (3.5 x 0.5% = 1.75% away).
+MIN_ROBUST_SD_REL = 0.005
 
 
 def median_ci_ranks(n: int) -> tuple[int, int]:
@@ -147,12 +153,13 @@ class Measurement:
 
     @cached_property
     def inliers(self) -> np.ndarray:
-        """Mask of samples within OUTLIER_MADS robust sds of the median."""
+        """Mask of samples within OUTLIER_MADS robust sds of the median (the robust sd is 1.4826
+        MAD, at least MIN_ROBUST_SD_REL of the median)."""
         dev = np.abs(self.samples_us - self.median_us)
-        mad = 1.4826 * float(np.median(dev))
-        if mad == 0:
+        sd = max(1.4826 * float(np.median(dev)), MIN_ROBUST_SD_REL * abs(self.median_us))
+        if sd == 0:
             return np.ones(self.n, dtype=bool)
-        return dev <= OUTLIER_MADS * mad
+        return dev <= OUTLIER_MADS * sd
 
     @cached_property
     def center_us(self) -> float:

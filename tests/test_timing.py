@@ -92,3 +92,17 @@ def test_interleave_stops_each_point_on_its_own_rule_and_keeps_taking_the_others
     noisy = lambda: float(rng.lognormal(3.0, 0.5))  # noqa: E731 - never within 1%
     (a, why_a), (b, why_b) = interleave([steady, noisy], rule)
     assert (len(a), why_a) == (10, "precision") and (len(b), why_b) == (60, "max_samples")
+
+
+def test_a_host_delayed_sample_is_cut_even_when_the_timer_ties_most_samples_at_the_median():
+    """An H200 FMA point (2026-12-01): 18 samples at 36.5-36.7 us in the event timer's 32 ns steps,
+    one launch delayed to 131.9 us and a first one at 47.4. The MAD was 0, every sample counted,
+    and the mean came out 42.0 us (15% slow); the robust sd's floor cuts them and the slow first
+    samples of each batch (37.4-37.8: the host's launch after a synchronize)."""
+    from calib.timing import Measurement
+
+    samples = [47.4, 37.8, 36.7, 36.6] + [36.512] * 6 + [131.9, 37.4, 36.6] + [36.512] * 7
+    m = Measurement(samples)
+    assert m.n_outliers == 4 and m.center_us == pytest.approx(36.55, abs=0.05)  # 47.4, 37.8, 37.4, 131.9
+    steady = Measurement([10.0] * 30)
+    assert steady.n_outliers == 0 and steady.center_us == 10.0
