@@ -98,7 +98,7 @@ def norm_gbps(q, width: int) -> float:
 #   A  2026-12-01-h200-heuristics-seed0 (host 1, seed 0; profile-call3-full.json),
 #   B  2026-12-01-h200-heuristics-after (host 2, seed 0; profile-call5-full.json),
 #   C  2026-12-01-h200-heuristics-after/seed1 (host 2, seed 1; the same profile),
-#   D  2026-12-01-h200-heuristics-live3/seed1 (host 3, seed 1; profiles/nvidia-h200.json, host 2's),
+#   D  2026-12-01-h200-heuristics-live3/seed1 (host 3, seed 1; host 2's profile-call5-full.json),
 #   E  2026-12-01-h200-heuristics-live3/seed2 (host 3, seed 2; the same).
 # The structure was chosen on A-D with E held out, then refitted on all five; left out one recording
 # at a time, the constants move by 0-4% (MUFU 10%, TAIL_EXP 0.19-0.27; the README has the choices).

@@ -83,7 +83,7 @@ def space(d: SplitKDescriptor) -> list[Knobs]:
 # Empirical constants of CuPy 14.2 / cuBLAS (CUDA 13.2) on the H200, fitted to the split-1 and
 # batched times of four recordings (2026-12-01: bench/results/2026-12-01-h200-heuristics-seed0 with
 # its profile-call3-full.json, ...-after and ...-after/seed1 with profile-call5-full.json,
-# ...-live3/seed1 with the shipped profile; ...-live3/seed2 held out). Rates are fractions of the
+# ...-live3/seed1 with profile-call5-full.json; ...-live3/seed2 held out). Rates are fractions of the
 # profile's own peaks and bandwidths, so another GPU scales them; the fixed costs are absolute,
 # since the profile's kernel fixed cost moved 4.24 -> 4.43 us between two hosts whose GEMM times
 # agree within 2% (the normalization model does the same).
