@@ -105,3 +105,28 @@ def test_prepare_compiles_every_planned_kernel_before_measuring(backend):
     backend.prepare(configs)
     compiled = set(backend._modules)  # the test looks inside; the calibrations use backend.module()
     assert {"dram-read-16", "dram-copy-16", "dram-write-1", "small", "softmax"} <= compiled
+
+
+def test_the_launch_sweep_is_measured_in_rounds_and_fits(backend):
+    from calib import calibrations
+    from calib.sweep import frame_from
+
+    launch = calibrations.get("launch_latency")
+    configs = launch.plan("quick")
+    backend.prepare(configs)
+    out = backend.measure(configs)
+    assert not [m for m in out if isinstance(m, Exception)], out
+    for c, m in zip(configs, out):
+        if c["kind"] in launch.HOST_KINDS:
+            assert m.protocol["interleaved"]["points"] == sum(k["kind"] in launch.HOST_KINDS for k in configs)
+            assert m.protocol["timer"] == "host clock"
+        else:
+            assert "interleaved" not in m.protocol
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = calibrations.fit(launch.ID, frame_from(configs, out))
+    for name in (launch.OVERHEAD, launch.LATENCY, launch.GRAPH_NODE):
+        rec = result.records[name]
+        assert 0 < rec["value"] < 1000 and rec["ci95"][0] <= rec["value"] <= rec["ci95"][1], (name, rec)
