@@ -2,7 +2,7 @@
 
 A shipped profile (``profiles/<device slug>.json``) is one machine's measurement. Its CIs say how
 precisely *that* machine was measured, not how far another machine of the same model may sit from
-it: seven lent H200s gave bf16 matmul rates of 792–822 TFLOP/s and five DRAM reads of 4571–4710 GB/s over
+it: nine lent H200s gave bf16 matmul rates of 791–822 TFLOP/s and seven DRAM reads of 4571–4710 GB/s over
 2026-12-01, each to ±0.1–1%. ``calib verify`` against a shipped profile needs that spread to tell a
 machine that differs as machines do from one that drifted (a power cap, a failing part), and a
 profile alone cannot carry it.

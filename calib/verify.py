@@ -446,7 +446,7 @@ def _verify(b, profile, wanted, budget_s, threshold, thresholds, family_alpha, t
                                                      f"host by {test['ratio']:.3f}x: `calib run --notebook "
                                                      f"{s.calibration}` measures it here")
         elif drifted and s.name in spreads and spreads[s.name].contains(new["value"], width or 0.0):
-            # A shipped profile is one machine's: seven lent H200s gave bf16 at 792-822 TFLOP/s, five DRAM reads at
+            # A shipped profile is one machine's: nine lent H200s gave bf16 at 791-822 TFLOP/s, seven DRAM reads at
             # 4571-4710 GB/s (2026-12-01), each measured to +-1%. Within that range this machine is one of them.
             sp = spreads[s.name]
             span = f"{sp.low / old.value:.3f}-{sp.high / old.value:.3f}x"
