@@ -243,6 +243,9 @@ class CupyBackend(Backend):
                 return group.measure_group(self, configs)
             except (DeviceOutOfMemory, UnsupportedConfig) as exc:
                 return [exc] * len(configs)
+            except self.cp.cuda.memory.OutOfMemoryError as exc:  # as for one point, below
+                self.release_buffers()
+                return [DeviceOutOfMemory(str(exc))] * len(configs)
         out = []
         for config in configs:
             try:
