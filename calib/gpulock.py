@@ -152,7 +152,9 @@ class GpuQueue:
         import json
         import time
 
-        self.path.write_text(json.dumps({"tail_s": self.tail_s, "pid": os.getpid()}))
+        part = self.path.with_name(self.path.name + ".part")  # whole or absent for the others' glob
+        part.write_text(json.dumps({"tail_s": self.tail_s, "pid": os.getpid()}))
+        os.replace(part, self.path)
         deadline = time.monotonic() + timeout_s
         while self.ahead() and time.monotonic() < deadline:
             time.sleep(self.POLL_S)
