@@ -24,7 +24,6 @@ import math
 from .._lazy import lazy
 from . import predictor as P
 from .knobs import ITEMSIZE, FamilyDescriptor, Knobs, check_output, require_cupy
-from .pointwise import DISPATCH_US, THREAD_US
 
 np = lazy("numpy")
 
@@ -133,9 +132,11 @@ PACE_NORM = 2.9  # the SM's block pace and its work per row combine as a p-norm 
 SPILL_BYTES = 5.9  # local-memory bytes moved per spilled register byte and thread: they pass through the
 #                   SM's share of L2 bandwidth in the block's life and through L2 on the machine (fp16
 #                   v8 x 256 at 64-128 threads, 70 registers spilled: 1.6-1.8x the best of DRAM-sized rows)
-# DISPATCH_US, THREAD_US: the block pace of pointwise.py (an SM takes a new block every DISPATCH_US, or
-# THREAD_US per thread when slower), fitted there on cover grids and used here as it is: rows of 48-576
-# elements at 32-64 threads ran at 0.085-0.095 us per row per SM, its pace; a free fit gave 0.97 of it.
+# DISPATCH_US, THREAD_US: the block pace (an SM takes a new block every DISPATCH_US, or THREAD_US per
+# thread when slower), pointwise.py's values when this model was fitted on A-E (fitted there on cover
+# grids) and kept here as copies, so that a refit of pointwise does not move this model: rows of 48-576
+# elements at 32-64 threads ran at 0.085-0.095 us per row per SM, this pace; a free fit gave 0.97 of it.
+DISPATCH_US, THREAD_US = 0.083, 0.00059
 
 # Registers, from the compiler rather than timings. What the H200's compiler allocated shows in which
 # block sizes launched: every candidate that ran or failed for too many registers in A-E brackets its
