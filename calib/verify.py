@@ -438,6 +438,7 @@ def _verify(b, profile, wanted, budget_s, threshold, thresholds, family_alpha, t
         drifted = bool(test["material"]) and test["significant"] is not False
         width = _relative_halfwidth(new["value"], new.get("ci95"))
         own = _relative_halfwidth(old.value, old.ci95) or 0.0
+        too_wide = width is not None and width > max(UNSETTLED_THRESHOLDS * limit, UNSETTLED_FACTOR * own)
         if drifted and shipped and getattr(calibrations.get(s.calibration), "HOST_TIMED", False):
             # A shipped profile describes the GPU as another host saw it: one lent H200 host gave the
             # launch latency as 11.85 us, another 13.3 us with every GPU-timed sentinel within 2%
@@ -445,9 +446,11 @@ def _verify(b, profile, wanted, budget_s, threshold, thresholds, family_alpha, t
             row.update(status="host differs", reason="this host's launch path differs from the shipped profile's "
                                                      f"host by {test['ratio']:.3f}x: `calib run --notebook "
                                                      f"{s.calibration}` measures it here")
-        elif drifted and s.name in spreads and spreads[s.name].contains(new["value"], width or 0.0):
+        elif drifted and s.name in spreads and not too_wide and spreads[s.name].contains(new["value"],
+                                                                                        min(width or 0.0, limit)):
             # A shipped profile is one machine's: nine lent H200s gave bf16 at 791-822 TFLOP/s, seven DRAM reads at
-            # 4571-4710 GB/s (2026-12-01), each measured to +-1%. Within that range this machine is one of them.
+            # 4571-4710 GB/s (2026-12-01), each measured to +-1%. Within that range (widened by this reading's CI,
+            # at most the threshold, and never for a reading too wide to tell) this machine is one of them.
             sp = spreads[s.name]
             span = f"{sp.low / old.value:.3f}-{sp.high / old.value:.3f}x"
             row.update(status="machine differs", machines={"n": len(sp.values), "low": sp.low, "high": sp.high},
@@ -456,7 +459,7 @@ def _verify(b, profile, wanted, budget_s, threshold, thresholds, family_alpha, t
                               "measures this one")
         elif drifted:
             row["status"] = "drifted"
-        elif width is not None and width > max(UNSETTLED_THRESHOLDS * limit, UNSETTLED_FACTOR * own):
+        elif too_wide:
             row.update(status="unsettled", reason=f"measured to ±{width:.1%}, too wide to tell a change of "
                                                   f"{limit:.0%}: the GPU is busy or noisy")
         elif row["lost_share"] > BUSY_LOST_SHARE:
