@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from .._lazy import lazy
-from ..backends.base import UnsupportedConfig
+from ..backends.base import DeviceOutOfMemory, UnsupportedConfig
 from ..fit import FitResult, fit_timed
 from ._base import Param, line_figures, small_kernels
 
@@ -135,7 +135,7 @@ def measure_group(b, configs: list[dict]) -> list:
         if out[i] is None:
             try:
                 out[i] = measure(b, c)
-            except UnsupportedConfig as exc:
+            except (DeviceOutOfMemory, UnsupportedConfig) as exc:  # that point fails, the others stand
                 out[i] = exc
     return out
 
