@@ -29,8 +29,8 @@ OUTLIER_MADS = 3.5
 # ... with the robust sd at least this share of the median. Event timers tick in 32 ns steps, so a
 # steady kernel's samples tie at the median and their MAD is 0: every sample then counted as an
 # inlier, and one host-delayed launch (131.9 against 36.5 us, an H200 FMA point, 2026-12-01) moved
-# the point's mean by 15% and the FP32 line above the clock's limit. Half a percent keeps the
-# samples a timer step or two from the median and cuts gross ones (3.5 x 0.5% = 1.75% away).
+# the point's mean by 15% and the FP32 line above the clock's limit. Half a percent cuts what lies over 1.75%
+# from the median (3.5 x 0.5%): a few timer steps for kernels over about 4 us, and gross delays for all.
 MIN_ROBUST_SD_REL = 0.005
 
 
