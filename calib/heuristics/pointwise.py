@@ -9,19 +9,20 @@ Knobs, the ones a compiler's pointwise scheduler picks:
   (a persistent grid-stride loop).
 
 The CuPy kernel (:data:`SOURCE`) is one template ``pointwise<T, VEC, EPT>`` with the op a runtime
-argument (a uniform branch costs nothing in a memory-bound loop, and it keeps compiling to one
-module per data type); the ``n % vec`` remainder is done by scalar code. Every candidate's output
-is compared with a float64 CuPy reference before it is timed.
+argument (it keeps compiling to one module per data type; the switch costs each element a chain of
+compares and branches, which the model counts); the ``n % vec`` remainder is done by scalar code.
+Every candidate's output is compared with a float64 CuPy reference before it is timed.
 
 The model (:func:`model_us`) is a launch floor, then the slowest of: the bytes at the bandwidth
 of the memory level the working set sits in (L2 or DRAM) at the access width, combined with
-Little's law over the thread slots (rounds of resident blocks, each a memory latency plus the
-thread's elements worked one after another, which is what makes many elements per thread slow on
-small tensors), the block scheduler's pace for cover grids of many blocks, and the op's issue
-slots at the FP32 rate over the occupancy (exp and sigmoid). Its few empirical constants come
-from the H200 evaluation of 2026-12-01 and say which data each is from. With ``hidden=True`` (the
-simulated device's truth) the registers are the loaded vectors only, and it adds a cost per block
-scheduled and per loop iteration.
+Little's law over the thread slots (rounds of resident blocks or loop iterations, each a memory
+latency, once per round in which the thread's loads go out, plus the thread's elements worked one
+after another, which is what makes many elements per thread slow on small tensors); the block
+scheduler's pace, after which the last block still does its work; and the op's issue slots at the
+FP32 rate over the occupancy (exp and sigmoid). Registers and load rounds are facts of the compiled
+kernel; the few empirical constants come from the H200 evaluations of 2026-12-01 and say which data
+each is from. With ``hidden=True`` (the simulated device's truth) the registers are the loaded
+vectors only, and it adds a cost per block scheduled and per loop iteration.
 """
 
 from __future__ import annotations
@@ -90,66 +91,71 @@ def grid_blocks(d, k, sms: int) -> int:
     return need if k["grid"] == "cover" else max(1, min(need, int(k["grid"]) * sms))
 
 
-# Empirical constants of the model, from the H200 evaluations of 2026-12-01 (seed 0, every candidate
-# of 100 problems timed), refitted jointly on two hosts' recordings of those problems, each with its
-# own host's full-suite profile (bench/results/2026-12-01-h200-heuristics-seed0 with
-# profile-call3-full.json, ...-after with profile-call5-full.json), and checked on 100 held-out
-# problems (...-after/seed1):
-# - FLOOR: the launch floor as a share of the DRAM read line's intercept (``memory.dram.fixed_cost_us``,
-#   4.24 and 4.43 us on the two hosts, which holds a DRAM latency and the pipe's fill besides the
-#   launch), fitted on both hosts at 0.62: 2.6-2.7 us, to which the model's other terms add up to the
-#   3.40 and 3.52 us it gives the smallest relu, against 3.17 and 3.23 us measured;
-# - BLOCK_US: a block's own start and retirement (a one-element-per-thread cover grid of 128-thread
-#   blocks on L2-resident data ran ~0.5 us per wave of resident blocks above its latency);
-# - DISPATCH_US, THREAD_US: the pace at which an SM takes new blocks of a cover grid, the slower of
-#   a block's dispatch and its threads' start: the fastest cover grids of hundreds to thousands of
-#   blocks per SM took 0.080 us per 128-thread block, 0.112 per 256 and 0.245 per 512 per SM (both
-#   hosts alike); the fit over all candidates gave 0.083 us per block and 0.59 ns per thread, which
-#   is 0.151 and 0.302 us for 256 and 512 threads: slower than those fastest grids, fitted so;
-# - ELEMENT_US, DEP_CYCLES: a thread's vectors are worked one after another: small launches grew
-#   by ~0.1 us per vector a thread loads (not per element: wide vectors cost no more issue latency),
-#   plus ~2.2 dependent cycles per issue slot of the op and element;
-# - LAT_SHARE: the memory latency is Little's law over ``memory.bytes_in_flight_per_sm``, which the
-#   occupancy calibration's three-limit model now puts at 18.4-18.9 kB on both hosts (13.2 kB under the
-#   model the first fit used); 0.74 of it is the latency a pointwise block waits;
-# - HALF_UNROLL_SLOTS: float16 candidates of more than one vector per thread ran slower than float32
-#   ones at equal bytes (the __half vectors' unrolled conversion code): fp16 sigmoid of 196M elements
-#   (compute-bound) took +11 issue slots per element at ept 2 and +20 at ept 4, fp16 exp of 37M the same
-#   per element, so 11.2 slots per doubling of ept (relu fp16 vec 8 at 3.7 MB: ept 2 1.3x, ept 4 1.7x);
-# - the L2 share: a pointwise working set (inputs and the written output) is streamed once per call,
-#   so :func:`calib.heuristics.predictor.streamed_l2_fraction` (L2 to 0.9 of ``memory.l2.capacity_bytes``,
-#   DRAM from 1.125 of it: 39 and 49 MB on these hosts), far earlier than the read-only ramp's end:
-#   54 MB ran at the DRAM copy bandwidth;
-# - L2_WIDTH_EXP: narrow accesses lose more at L2 than at DRAM (2-byte accesses on L2-resident data
-#   moved ~3 TB/s, the DRAM align2 rate): L2 bandwidth times (DRAM(width) / DRAM(16 B)) ** 3.1;
-# - SMOOTH: bandwidth and Little's law combine as a p-norm of 3, the knee of
-#   :func:`calib.heuristics.predictor.inflight_efficiency`;
-# - TAIL_COVER, TAIL_STRIDE: the share of a last partial wave (cover) or grid-stride iteration that
-#   costs a whole one;
-# - REGS_PER_SLOT: registers per element per issue slot of the op that a thread keeps live while
-#   its elements are unrolled (exp and sigmoid at 8-16 elements per thread lost occupancy);
-# - OCCUPANCY_THREADS: the resident threads per SM that hide the ALU latency of exp and sigmoid;
-# - INDEX_SLOTS: issue slots per vector access for its address and bounds (1-2 byte accesses of the
-#   compute-heavy ops ran slower than wide ones at equal bytes);
-# - STRIDE_DRAM: DRAM traffic of a grid-stride loop costs that much more than a cover grid's: its
-#   persistent blocks drift apart, so the DRAM pages they touch at once are spread over the tensor, while a
-#   cover grid's blocks start in order and keep its accesses in a compact window (the 19 rows of
-#   > 60 MB: the best grid-stride candidate 1-10% slower than the best cover one, median 4.2%, at
-#   every ept and block; within 1% on the L2-resident rows, so it is DRAM's, not the loop's).
-FLOOR = 0.62
-BLOCK_US = 0.47
-DISPATCH_US, THREAD_US = 0.083, 0.00059
-ELEMENT_US = 0.097
-DEP_CYCLES = 2.16
-L2_WIDTH_EXP = 3.1
-SMOOTH = 3.0
-TAIL_COVER, TAIL_STRIDE = 0.29, 0.91
-REGS_PER_SLOT = 0.021
-OCCUPANCY_THREADS = 1024.0
-INDEX_SLOTS = 12.9
-STRIDE_DRAM = 0.05
-HALF_UNROLL_SLOTS = 11.2
-LAT_SHARE = 0.74
+# Facts of the kernel as compiled (no fit), from the CUDA 13.0 ``nvcc -arch=sm_90 -cubin -Xptxas -v`` build of
+# SOURCE with every pointwise<T, VEC, EPT> instantiated, and its SASS (nvdisasm):
+# - REGISTERS: registers per thread of each kernel. The op is a runtime argument, so every op of a data type
+#   runs the same kernel with the same registers; they set the blocks resident per SM (8-register granules).
+# - the load rounds (:func:`load_rounds`): in the unary path of the __half kernels with VEC >= 2 and EPT >= 2,
+#   each loaded vector is repacked (PRMT) right after its load, and the next load issues only once that
+#   repacking has its data: a thread's loads go out in two rounds (EPT 2: one and one, EPT 4: three and one).
+#   The binary path, and every float and double kernel, issues all its loads first.
+# - the op switch is evaluated per element (the kernel's ``apply``): 7-12 dependent instructions per element,
+#   compares, branches and convergence barriers, whatever the op (ELEM_CYCLES below).
+REGISTERS = {
+    "float16": {(1, 1): 21, (1, 2): 27, (1, 4): 40, (2, 1): 22, (2, 2): 29, (2, 4): 37,
+                (4, 1): 26, (4, 2): 31, (4, 4): 56, (8, 1): 32, (8, 2): 42, (8, 4): 64},
+    "float32": {(1, 1): 21, (1, 2): 27, (1, 4): 40, (2, 1): 24, (2, 2): 31, (2, 4): 48,
+                (4, 1): 31, (4, 2): 40, (4, 4): 64},
+    "float64": {(1, 1): 22, (1, 2): 28, (1, 4): 48, (2, 1): 30, (2, 2): 38, (2, 4): 64}}
+
+# Empirical constants, fitted jointly (weighted least squares in log time, the candidates within 10% of each
+# problem's best weighing most) to every candidate's device time in five H200 recordings of 2026-12-01, each
+# replayed with the profile it was measured with (36,000 times): A (host 1, seed 0,
+# bench/results/2026-12-01-h200-heuristics-seed0 with profile-call3-full.json), B and C (host 2, seeds 0 and 1,
+# ...-after with profile-call5-full.json), D and E (host 3, seeds 1 and 2, ...-live3, measured with the then
+# shipped copy of profile-call5-full.json). The structure was chosen on A-D with E held out; left out of the
+# fit, each recording's choices stay at 0.985-0.990 of the exhaustive best (README). Each constant, with what
+# it stands for and the data that placed it:
+# - FLOOR: the launch floor as a share of the DRAM read line's intercept (``memory.dram.fixed_cost_us``, 4.24
+#   and 4.43 us on hosts 1 and 2), 0.71: 3.0-3.1 us, below the 3.2-3.5 us the smallest problems took;
+# - DISPATCH_US, THREAD_US: the block scheduler's pace per SM, the slower of a block's dispatch and its
+#   threads' start (0.086 us per block, 0.46 ns per thread: 128-thread blocks are dispatch-bound, 256- and
+#   512-thread ones start-bound). Every grid's last block starts after its SM's share of the grid is
+#   dispatched and then does all its work, a cover grid's one pass or a persistent block's every iteration;
+# - ELEM_CYCLES, DEP_CYCLES: a thread works its elements one after another, each walking the op switch
+#   (130 dependent cycles per element, 11-19 per instruction of that chain) plus 3.0 cycles per issue slot
+#   of the op itself (SLOTS): what makes many elements per thread slow on small tensors;
+# - LAT_SHARE: the memory latency a thread's iteration waits, as a share of Little's law over
+#   ``memory.bytes_in_flight_per_sm`` at the level's bandwidth (0.54: 0.31 us at DRAM, 0.15 us at L2);
+# - SERIAL_LATENCIES: an iteration whose loads go out in two rounds (load_rounds) waits 3.2 latencies, not one
+#   (fp16 relu, exp and sigmoid at 2 or 4 vectors per thread ran 1.25-1.6x slower than at one on DRAM-sized
+#   tensors; fp16 add and mul, whose loads go out at once, 1.01-1.10x);
+# - SMOOTH: bandwidth and Little's law over the rounds combine as a p-norm of 2.25 (a soft knee);
+# - TAIL_STRIDE: the share of a grid-stride loop's last partial iteration that costs a whole one (0.52);
+# - L2_WIDTH_EXP: narrow accesses lose more at L2 than at DRAM: L2 bandwidth times
+#   (DRAM(width) / DRAM(16 B)) ** 2.0;
+# - COVER_L2, STRIDE_L2: where, in multiples of ``memory.l2.capacity_bytes``, a working set streamed once per
+#   call (inputs and the written output) stops being served by L2, linearly between the two. A cover grid
+#   sweeps the tensor in strict order, LRU's worst case, and loses L2 from 0.75 of the capacity (DRAM from
+#   1.11); a grid-stride loop's persistent blocks drift apart and keep hits from 0.83 to 1.38 of it (rows of
+#   35-46 MB: the best grid-stride candidate 3-21% faster than the best cover one; 54-58 MB: both at DRAM speed);
+# - OCCUPANCY_THREADS: the resident threads per SM that hide the ALU latency of exp and sigmoid (740);
+# - INDEX_SLOTS: issue slots per vector access for its address, bounds and loop (14.6): narrow accesses of
+#   the compute-heavy ops ran slower than wide ones at equal bytes;
+# - HALF_UNROLL_SLOTS: issue slots per element per doubling of ept in the __half kernels' unrolled conversion
+#   code (3.8; 11.2 before the load rounds were known, which explain most of that slowdown).
+FLOOR = 0.71
+DISPATCH_US, THREAD_US = 0.086, 0.00046
+ELEM_CYCLES, DEP_CYCLES = 130.0, 3.0
+LAT_SHARE = 0.54
+SERIAL_LATENCIES = 3.2
+SMOOTH = 2.25
+TAIL_STRIDE = 0.52
+L2_WIDTH_EXP = 2.0
+COVER_L2, STRIDE_L2 = (0.75, 1.11), (0.83, 1.38)
+OCCUPANCY_THREADS = 740.0
+INDEX_SLOTS = 14.6
+HALF_UNROLL_SLOTS = 3.8
 # fp32 issue slots per element (the FMA pipe's rate, ``compute.fp32.fma_tflops`` / 2): the cheap ops
 # are a conversion and an op; expf (range reduction, ex2, scaling) and sigmoid (expf and an IEEE
 # divide) from the compute-bound H200 rows of 2026-12-01 (fp16 sigmoid of 71M and 196M elements at
@@ -161,15 +167,22 @@ SLOTS = {"float16": {"add": 2, "mul": 2, "maximum": 2, "relu": 2, "exp": 24, "si
          "float64": {"add": 2, "mul": 2, "maximum": 2, "relu": 2, "exp": 93, "sigmoid": 119}}
 
 
-def _smax(a: float, b: float, p: float = SMOOTH) -> float:
-    return (a**p + b**p) ** (1 / p)
+def load_rounds(d: PointwiseDescriptor, vec: int, ept: int) -> int:
+    """Rounds in which a thread's loads go out (1: all at once); see the kernel facts above."""
+    return 2 if d.itemsize_bytes == 2 and d.inputs == 1 and vec >= 2 and ept >= 2 else 1
+
+
+def _ramp(x: float, lo_hi: tuple[float, float]) -> float:
+    lo, hi = lo_hi
+    return 1.0 if x <= lo else 0.0 if x >= hi else (hi - x) / (hi - lo)
 
 
 def model_us(d: PointwiseDescriptor, k, q, hidden: bool = False) -> float:
     """The launch floor, then the slowest of: the bytes at the bandwidth of the level the working set
     sits in (L2 or DRAM) at the access width, combined with Little's law over the thread slots
-    (rounds of resident blocks, each a memory latency plus its thread's elements one after another),
-    the block scheduler's pace, and the op's issue slots at the FP32 rate over the occupancy."""
+    (rounds of resident blocks, or loop iterations, each the memory latency, once per load round, plus
+    its thread's elements one after another); the block scheduler's pace, after which the last block
+    still does its work; and the op's issue slots at the FP32 rate over the occupancy."""
     e, nin = d.itemsize_bytes, d.inputs
     vec, ept, block = int(k["vec"]), int(k["ept"]), int(k["block"])
     sms = P.sm_count(q)
@@ -179,39 +192,43 @@ def model_us(d: PointwiseDescriptor, k, q, hidden: bool = False) -> float:
         slots += HALF_UNROLL_SLOTS * math.log2(ept)
     need, resident = launch_shape(d, k)
     nvec = max(1, math.ceil(d.n / vec))
-    if hidden:  # the compiler's registers: 16 + the loaded vectors, in 8-register granules
+    if hidden:  # the simulated compiler's registers: 16 + the loaded vectors
         regs = 16 + math.ceil(nin * ept * width / 4)
-    else:  # the same, and the op's temporaries of the unrolled elements
-        regs = 16 + nin * ept * width / 4 + vec * ept * slots * REGS_PER_SLOT
+    else:
+        regs = REGISTERS[d.dtype][(vec, ept)]
     regs = 8 * math.ceil(regs / 8)
     resident = max(1, min(resident, 65536 // int(regs * block)))
-    cover = k["grid"] == "cover"
     g = grid_blocks(d, k, sms)
+    cover = g >= need  # a persistent grid no smaller than the data is the same launch as a cover grid
     per_sm = g / sms
-    rounds = max(1.0, per_sm / resident) if cover else need / g  # waves of blocks, or loop iterations
-    whole = math.ceil(rounds - 1e-9)
+    iterations = need / g
+    if cover:  # waves of resident blocks
+        rounds = max(1.0, per_sm / resident)
+    else:  # loop iterations, times the waves of persistent blocks: those that do not fit wait for a whole one
+        rounds = iterations * math.ceil(per_sm / resident - 1e-9)
     ept_eff = min(ept, math.ceil(nvec / block))  # vectors the first block's threads really load
     nbytes = d.bytes_moved
-    f = P.streamed_l2_fraction(q, nbytes)
+    cap = q("memory.l2.capacity_bytes", P.DEFAULTS["memory.l2.capacity_bytes"])
+    f = _ramp(nbytes / cap, COVER_L2 if cover else STRIDE_L2)
     dram16 = P.dram_gbps(q, "copy", 16)
     dram = P.dram_gbps(q, "copy", width)
     l2_16 = q("memory.l2.read_bandwidth_gbps", P.DEFAULTS["memory.l2.read_bandwidth_gbps"])
     l2 = l2_16 * (dram / dram16) ** L2_WIDTH_EXP
-    if not cover:  # a grid-stride loop's blocks drift apart: their DRAM accesses are spread wider
-        dram /= 1 + STRIDE_DRAM
     t_bw = nbytes * (f / (l2 * 1e3) + (1 - f) / (dram * 1e3))
     # the latency Little's law gives: the bytes in flight per SM that reach the bandwidth, over it
     inflight = q("memory.bytes_in_flight_per_sm", P.DEFAULTS["memory.bytes_in_flight_per_sm"])
     lat = LAT_SHARE * sms * inflight * (f / (l2_16 * 1e3) + (1 - f) / (dram16 * 1e3))
+    if load_rounds(d, vec, ept) > 1:
+        lat *= SERIAL_LATENCIES
     tflops = q("compute.fp32.fma_tflops", P.DEFAULTS["compute.fp32.fma_tflops"])
     clock_ghz = tflops * 1e3 / (sms * 256)  # 128 FP32 lanes per SM, 2 flops per FMA
-    per_element = DEP_CYCLES * slots / (clock_ghz * 1e3)
-    life = lat + (ELEMENT_US + per_element * vec) * ept_eff + (BLOCK_US if cover else 0.0)
-    t_mem = _smax(t_bw, rounds * life) * (1 + (TAIL_COVER if cover else TAIL_STRIDE) * (whole / rounds - 1))
-    if cover:
-        t_mem = max(t_mem, per_sm * max(DISPATCH_US, block * THREAD_US))
-    else:
-        t_mem += BLOCK_US
+    per_element = (ELEM_CYCLES + DEP_CYCLES * slots) / (clock_ghz * 1e3)
+    life = lat + per_element * vec * ept_eff
+    t_mem = (t_bw**SMOOTH + (rounds * life) ** SMOOTH) ** (1 / SMOOTH)
+    if not cover:
+        t_mem *= 1 + TAIL_STRIDE * (math.ceil(rounds - 1e-9) / rounds - 1)
+    pace = per_sm * max(DISPATCH_US, block * THREAD_US)
+    t_mem = max(t_mem, pace + life * (1.0 if cover else iterations))
     threads = min(resident, math.ceil(per_sm)) * block
     occupancy = min(1.0, threads / OCCUPANCY_THREADS)
     t_cmp = d.n * (slots + INDEX_SLOTS * (nin + 1) / vec) / (tflops * 0.5e6) / occupancy
