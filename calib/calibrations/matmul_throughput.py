@@ -86,7 +86,7 @@ points and fits the last regime only, from K = 2048 on (fp16 and bf16 at K ≤ 1
 the line the larger K follow); the points it leaves out are drawn as crosses. TF32's regime spans only
 K = 5120–8192, so it is measured every 128 of K there (25 points), fp16 and bf16 every 1024 from 2048.
 
-Sustained tensor-core work reaches the H200's power cap within 25–40 ms, and the samples of a point then
+Sustained tensor-core work reaches the H200's power cap after 24–51 ms (median 35), and the samples of a point then
 step down by 3–10%. Each point is therefore one short burst timed before the cap can bite: 2 warm-up and
 5 timed launches enqueued back to back (18 ms at TF32 K = 8192), after an idle pause of 4× the previous
 point's GPU time (at least 0.05 s), the points of a line taken alternately from its two ends so that a
