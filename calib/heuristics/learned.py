@@ -19,11 +19,19 @@ levels change:
 
 The default sizes (:func:`default_sizes`) are chosen from the profile to pin one number each: a
 launch-bound size (1/64 of the L2 capacity), an L2-resident one (half of it) and a DRAM one
-(8x the ramp's end).
+(8x the ramp's end). Each is measured at a few points within 5% of it (:func:`learning_points`):
+a library op's time at one size carries a share of its kernel's last partial tile that the
+next size does not (cupy.sum on an H200: 5.9 us at 477 kB, 6.5 us at 735 kB), so one point
+pins t0 anywhere in that band; a few points spread over the tile's phases pin its middle.
+
+The profile also says what a kernel pays on entering DRAM (:func:`dram_fill_us`): the memory
+pipeline fills for one DRAM latency before bytes flow at the DRAM rate, so the DRAM line's
+intercept lies above the launch-bound t0. The model adds it to the DRAM share of each size.
 
 A learned model is stored in the profile under its own names, ``learned.<kernel>.t0_us``,
-``.rate_gbps``, ``.l2_rate_gbps`` (with CIs and units), through calib.profile's atomic, locked
-writer (:meth:`LearnedModel.save`), and read back with ``query`` (:meth:`LearnedModel.from_profile`).
+``.rate_gbps``, ``.l2_rate_gbps`` (with CIs and units) and ``.dram_fill_us`` (the profile's, as
+fitted), through calib.profile's atomic, locked writer (:meth:`LearnedModel.save`), and read back
+with ``query`` (:meth:`LearnedModel.from_profile`).
 Tuning results feed the same fit: :func:`learn_from_autotune` takes the winners of a family's
 entries in the tuning database, one point per problem size.
 """
@@ -39,6 +47,19 @@ from .registry import HeuristicError, read
 
 NAME = re.compile(r"^[a-z0-9_]+$")
 
+# Offsets of a learning size's points (relative, within +-5%): a low-discrepancy (golden-ratio) sequence,
+# so the points fall at unrelated phases of any tile much smaller than the 10% span (evenly spaced offsets
+# alias with a tile near their step). Why: CuPy 14.2's cupy.sum runs CUB's DeviceReduce (CUB is CuPy's
+# default accelerator on CUDA, cupy/_core/_accelerator.pyx): two kernels, 4096-item tiles of float32 on
+# SM90 (CCCL 3.1 tuning_reduce.cuh Policy600), the last partial tile reduced in a guarded loop of 256
+# items an iteration (agent_reduce.cuh). On all eight H200 recordings of 2026-12-01 (bench/results/
+# 2026-12-01-h200-heuristics-*/heuristics-learned.json) it took 5.82-6.18 us at 477 kB (2 iterations) and
+# 6.0-6.6 us at 64 and 175 kB (15 and 11); learned at 735 kB (15 iterations), t0 sat near the band's top
+# and 477 kB missed by 11-13% on F and G (4% on H, whose launch-bound times sat lower). At 735 kB these
+# six points fall at tile phases 0.04-0.81 of CUB's tile (mean 0.53).
+_PHI = (5**0.5 - 1) / 2
+JITTER = tuple(0.05 * (2 * ((k * _PHI) % 1) - 1) for k in range(1, 7))
+
 
 @dataclass
 class LearnedModel:
@@ -50,13 +71,15 @@ class LearnedModel:
     assumed: tuple = ()
     n: int = 0
     l2_capacity_bytes: float = P.DEFAULTS["memory.l2.capacity_bytes"]
+    dram_fill_us: float = 0.0  # from the profile (dram_fill_us), not fitted
 
     def _q(self, name, default=None):
         return {"memory.l2.capacity_bytes": self.l2_capacity_bytes}.get(name, default)
 
     def predict_us(self, nbytes: float) -> float:
         f = P.streamed_l2_fraction(self._q, nbytes)
-        return self.t0_us + nbytes * (f / (self.l2_rate_gbps * 1e3) + (1 - f) / (self.rate_gbps * 1e3))
+        return (self.t0_us + (1 - f) * self.dram_fill_us
+                + nbytes * (f / (self.l2_rate_gbps * 1e3) + (1 - f) / (self.rate_gbps * 1e3)))
 
     def predict(self, nbytes: float) -> P.Prediction:
         """The time at ``nbytes`` with a delta-method interval from the three numbers' CIs
@@ -82,12 +105,19 @@ class LearnedModel:
             v = float(getattr(self, name))
             ci = self.ci95.get(name)
             rec = {"value": v, "unit": unit, "n": self.n, "source": source,
-                   "method": "WLS over samples, t = t0 + bytes_L2/r_L2 + bytes_DRAM/r_DRAM, L2 share from the profile",
+                   "method": "WLS over samples, t = t0 + DRAM share x fill + bytes_L2/r_L2 + bytes_DRAM/r_DRAM, "
+                             "L2 share and DRAM fill from the profile",
                    "flags": ["assumed from the other rate and the profile's L2/DRAM ratio"] if name in self.assumed
                    else []}
             if ci and ci[0] <= v <= ci[1] and ci[0] > 0:
                 rec["ci95"] = [float(ci[0]), float(ci[1])]
             out[f"learned.{self.kernel}.{name}"] = rec
+        # the fill the fit subtracted, stored with the model so it predicts as fitted wherever it is read
+        out[f"learned.{self.kernel}.dram_fill_us"] = {
+            "value": float(self.dram_fill_us), "unit": "us", "n": self.n, "source": source,
+            "method": "from the profile, not fitted: Little's law, SMs x memory.bytes_in_flight_per_sm / "
+                      "DRAM bandwidth",
+            "flags": []}
         return out
 
     def save(self, path, profile=None):
@@ -116,8 +146,10 @@ class LearnedModel:
             if c:
                 ci[n] = tuple(c)
         q = P.q_of(profile)
+        fill = read(profile, f"learned.{kernel}.dram_fill_us", None)  # None: stored before the fill existed
         return cls(kernel, vals["t0_us"], vals["rate_gbps"], vals["l2_rate_gbps"], ci,
-                   l2_capacity_bytes=q("memory.l2.capacity_bytes"))
+                   l2_capacity_bytes=q("memory.l2.capacity_bytes"),
+                   dram_fill_us=0.0 if fill is None else float(fill))
 
 
 def default_sizes(profile) -> list[float]:
@@ -128,6 +160,27 @@ def default_sizes(profile) -> list[float]:
     return [cap / 64, cap / 2, 8 * max(end, cap)]
 
 
+def learning_points(nominal_bytes) -> list[float]:
+    """The sizes (bytes) at which each nominal learning size is measured: JITTER around each, in order."""
+    return [float(int(b * (1 + o))) for b in nominal_bytes for o in JITTER]
+
+
+def dram_fill_us(q) -> float:
+    """What a kernel streaming from DRAM pays beyond its launch-bound time: the pipeline fills for one
+    DRAM latency before bytes flow at the DRAM rate. Little's law over the profile: the bytes in flight
+    per SM that reach the bandwidth (``memory.bytes_in_flight_per_sm``) times the SMs, over the DRAM
+    bandwidth: 0.57 us on the H200 profile (profiles/nvidia-h200.json). Checked on the recordings
+    (bench/results/2026-12-01-h200-heuristics-*, eight H200 runs on five hosts): cupy.multiply's DRAM
+    line (72 MB-4 GB) lies 0.43-0.68 us (median 0.59) above its launch-bound t0. An op of several
+    kernels pays it per kernel, which the profile cannot know: cupy.sum's lies 1.2-2.0 us above
+    (CUB's two kernels; the first gives each block one 16 KiB tile until the grid reaches 5x its
+    resident blocks: 86 MB on the H200 if 8 of its 256-thread blocks fit an SM), the CuPy softmax's
+    (five kernels) 6.8-7.6 us; for them it is a lower bound."""
+    sms = q("device.sm_count", P.DEFAULTS["device.sm_count"])
+    inflight = q("memory.bytes_in_flight_per_sm", P.DEFAULTS["memory.bytes_in_flight_per_sm"])
+    return float(sms * inflight / (P.dram_gbps(q, "copy", 16) * 1e3))
+
+
 def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
     """Fit the model to samples (a sequence of arrays, one per size) measured at ``nbytes``."""
     import numpy as np
@@ -136,14 +189,16 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
     if not NAME.match(kernel):
         raise HeuristicError(f"a learned kernel's name is lower-case letters, digits and _: {kernel!r}")
     q = P.q_of(profile)
-    rows, ys = [], []
+    fill = dram_fill_us(q)
+    rows, ys, offs = [], [], []
     for b, s in zip(nbytes, samples_us):
         f = P.streamed_l2_fraction(q, float(b))
         for t in np.asarray(s, dtype=float).ravel():
             if math.isfinite(t) and t > 0:
                 rows.append((1.0, b * (1 - f) / 1e3, b * f / 1e3))
                 ys.append(t)
-    X, y = np.asarray(rows), np.asarray(ys)
+                offs.append((1 - f) * fill)
+    X, y, off = np.asarray(rows), np.asarray(ys), np.asarray(offs)
     if len(set(map(float, nbytes))) < 2 or len(y) < 4:
         raise HeuristicError(f"learning {kernel} needs at least two sizes and four samples")
     dram_r = P.dram_gbps(q, "copy", 16)
@@ -167,12 +222,13 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
     scale[scale == 0] = 1
     Dn = D / scale
     w = 1.0 / y**2
+    yf = y - off  # the DRAM fill is the profile's, not fitted
     for _ in range(2):  # weights from fitted, not observed, times (a noisy sample must not pick its weight)
         sw = np.sqrt(w)
-        beta, *_ = np.linalg.lstsq(Dn * sw[:, None], y * sw, rcond=None)
-        fitted = Dn @ beta
+        beta, *_ = np.linalg.lstsq(Dn * sw[:, None], yf * sw, rcond=None)
+        fitted = Dn @ beta + off
         w = 1.0 / np.where(fitted > 0, fitted, y) ** 2
-    resid = (y - Dn @ beta) * np.sqrt(w)
+    resid = (yf - Dn @ beta) * np.sqrt(w)
     dof = max(len(y) - D.shape[1], 1)
     s2 = float(resid @ resid) / dof
     cov = s2 * np.linalg.pinv((Dn * w[:, None]).T @ Dn)
@@ -203,7 +259,7 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
         ci["rate_gbps"] = ci_d
     if ci_l:
         ci["l2_rate_gbps"] = ci_l
-    return LearnedModel(kernel, t0, r_d, r_l, ci, tuple(assumed), len(y), q("memory.l2.capacity_bytes"))
+    return LearnedModel(kernel, t0, r_d, r_l, ci, tuple(assumed), len(y), q("memory.l2.capacity_bytes"), fill)
 
 
 def learn(kernel: str, make=None, *, sizes=None, bytes_of=None, measure=None, profile=None, timer=None,
@@ -213,14 +269,15 @@ def learn(kernel: str, make=None, *, sizes=None, bytes_of=None, measure=None, pr
     ``make(size) -> thunk``: what runs the kernel at a size (a user's callable, a library op);
     timed by ``timer(thunk) -> Measurement`` (default: device time, the host held ahead). Or ``measure(size) ->
     Measurement`` directly (the simulated device, a timing of one's own). ``sizes`` are in the
-    callable's units, ``bytes_of(size)`` their bytes moved (default: sizes are bytes; default
-    sizes: :func:`default_sizes`). ``save_to``: a profile path to store the model in."""
+    callable's units, ``bytes_of(size)`` their bytes moved, each measured as given (default: sizes
+    are bytes, :func:`default_sizes`, each measured at its :func:`learning_points`). ``save_to``: a
+    profile path to store the model in."""
     if profile is None:
         from .registry import default_profile
 
         profile = default_profile()
     bytes_of = bytes_of or (lambda s: float(s))
-    sizes = list(sizes) if sizes is not None else [int(b) for b in default_sizes(profile)]
+    sizes = list(sizes) if sizes is not None else [int(b) for b in learning_points(default_sizes(profile))]
     if measure is None:
         if make is None:
             raise HeuristicError("learn needs make(size) -> thunk, or measure(size) -> Measurement")

@@ -3,12 +3,19 @@ from three measured sizes, a 90th percentile of at most 5% and a worst case of a
 error from L2-resident sizes to gigabytes).
 
 For each op (``cupy.multiply`` of two float32 arrays, ``cupy.sum`` of one, a softmax over rows of
-4096 float32 composed of CuPy ops): learn from :func:`calib.heuristics.learned.default_sizes`,
-then measure at ``points`` sizes log-spaced from 64 kB to ``max_bytes`` and compare (each size
-measured in ``PASSES`` passes over all sizes, the median taken); the same for
-a least-squares line through the three learning sizes, and for the profile's plain roofline
-(bytes over the 16-byte DRAM copy bandwidth plus the fixed cost). ``python -m
-calib.heuristics.learned_eval --backend cupy --out FILE.json`` (the H200 script runs it)."""
+4096 float32 composed of CuPy ops): learn from :func:`calib.heuristics.learned.default_sizes`
+(each measured at its :func:`~calib.heuristics.learned.learning_points`), then measure at
+``points`` sizes log-spaced from 64 kB to ``max_bytes`` and compare (each size measured in
+``PASSES`` passes over all sizes, the median taken); the same for a least-squares line through
+the learning points, and for the profile's plain roofline (bytes over the 16-byte DRAM copy
+bandwidth plus the fixed cost). ``python -m calib.heuristics.learned_eval --backend cupy --out
+PREFIX`` (the H200 script runs it).
+
+The grid is 34 sizes: a 90th percentile of 12 errors is the second worst, one size's accident; of
+34 it is the fourth worst. The 34 hold the 12 sizes of the earlier grid (every third), whose
+median / p90 / worst are reported beside (``learned_12``) so runs before and after compare. The
+output (format version 2) keeps every learning sample and every pass's time at every size, so a
+changed model can be replayed on it."""
 
 from __future__ import annotations
 
@@ -42,6 +49,8 @@ def _cupy_ops():
 
 
 PASSES = 3
+POINTS = 34  # every third is the 12-size grid of the recordings before 2026-12-02
+FORMAT_VERSION = 2
 
 
 def _errors(pred, meas):
@@ -50,7 +59,43 @@ def _errors(pred, meas):
     return {"median": errs[k // 2], "p90": errs[min(k - 1, math.ceil(0.9 * k) - 1)], "worst": errs[-1]}
 
 
-def evaluate_ops(backend: str = "cupy", *, points: int = 12, max_bytes: float = 4e9, profile=None, progress=None):
+def _every_third(points: int):
+    """Indices of the 12-size grid inside a finer one, or None where it is not nested."""
+    if points > 12 and (points - 1) % 11 == 0:
+        return list(range(0, points, (points - 1) // 11))
+    return None
+
+
+def _sim_measures(sim, q):
+    """Simulated ops with what the learned model does not have: a launch-bound wobble with the phase of
+    the last partial tile (cupy.sum's on the H200: up to 0.7 us over a 16 KiB tile) and a DRAM fill of
+    their own (the sum's above the profile's, as CuPy's was; bench/results/2026-12-01-h200-heuristics-*)."""
+    import numpy as np
+
+    from . import learned as L
+    from . import predictor as P
+    from ..timing import Measurement
+
+    def sim_op(slow_dram, slow_l2, t0, fill_us, wobble_us, tile_bytes):
+        def true(b):
+            f = P.streamed_l2_fraction(q, b)
+            phase = (b % tile_bytes) / tile_bytes
+            return (t0 + wobble_us * phase + (1 - f) * fill_us
+                    + b * (f / (q("memory.l2.read_bandwidth_gbps") / slow_l2 * 1e3)
+                           + (1 - f) / (q("memory.dram.copy_bandwidth_gbps.align16") / slow_dram * 1e3)))
+
+        return lambda b: Measurement(sim.sample_matrix(np.array([true(b)]), 20)[0], stop_reason="max_samples")
+
+    fill = L.dram_fill_us(q)
+    return {"sim_multiply": sim_op(1.3, 1.6, 6.0, fill, 0.2, 512),
+            "sim_sum": sim_op(1.1, 1.4, 9.0, 2 * fill, 0.7, 16384),
+            "sim_softmax": sim_op(2.3, 2.6, 30.0, 4 * fill, 1.0, 32768)}
+
+
+def evaluate_ops(backend: str = "cupy", *, points: int = POINTS, max_bytes: float = 4e9, profile=None, progress=None,
+                 on_op=None):
+    """``on_op(result_so_far)`` after each op (the script writes the file then, so a run cut short keeps
+    the ops it finished)."""
     import numpy as np
 
     from . import learned as L
@@ -58,23 +103,11 @@ def evaluate_ops(backend: str = "cupy", *, points: int = 12, max_bytes: float = 
 
     if backend == "sim":
         from ..backends.sim import SimBackend
-        from ..timing import Measurement
         from .simdevice import sim_profile, truth_q
 
         sim = SimBackend(seed=1)
         profile = profile or sim_profile(sim)
-        q = truth_q(sim)
-
-        def sim_op(slow_dram, slow_l2, t0):
-            def true(b):
-                f = P.streamed_l2_fraction(q, b)
-                return t0 + b * (f / (q("memory.l2.read_bandwidth_gbps") / slow_l2 * 1e3)
-                                 + (1 - f) / (q("memory.dram.copy_bandwidth_gbps.align16") / slow_dram * 1e3))
-
-            return lambda b: Measurement(sim.sample_matrix(np.array([true(b)]), 20)[0], stop_reason="max_samples")
-
-        measures = {"sim_multiply": sim_op(1.3, 1.6, 6.0), "sim_sum": sim_op(1.1, 1.4, 9.0),
-                    "sim_softmax": sim_op(2.3, 2.6, 30.0)}
+        measures = _sim_measures(sim, truth_q(sim))
     else:
         import calib
         from ..ops.timer import cuda_timer
@@ -98,40 +131,55 @@ def evaluate_ops(backend: str = "cupy", *, points: int = 12, max_bytes: float = 
             return measure
 
         measures = {k: measure_with(m) for k, m in makers.items()}
-    learn_at = L.default_sizes(profile)
+    nominal = L.default_sizes(profile)
+    learn_at = L.learning_points(nominal)
     sizes = [float(x) for x in np.geomspace(64e3, max_bytes, points)]
+    sub = _every_third(points)
     q = P.q_of(profile)
-    out = {"format": "calib.heuristics.learned_evaluation", "backend": backend, "learned_at_bytes": learn_at,
-           "sizes_bytes": sizes, "ops": {}}
+    out = {"format": "calib.heuristics.learned_evaluation", "version": FORMAT_VERSION, "backend": backend,
+           "learned_at_bytes": nominal, "learning_points_bytes": learn_at, "sizes_bytes": sizes,
+           "dram_fill_us": L.dram_fill_us(q), "ops": {}}
     for name, measure in measures.items():
         # every size in PASSES passes over all of them: a launch-bound size's time moved by 4-10%
         # from one measurement to the next on an H200 (cupy.sum at 64-480 kB: 6.11, 6.22, 5.87 us,
         # 2026-12-01), more than within one; the median of the passes is the truth compared with
         learned_passes = [[measure(b) for b in learn_at] for _ in range(PASSES)]
-        model = L.fit(name, learn_at, [np.concatenate([run[i].samples_us[run[i].inliers] for run in learned_passes])
-                                       for i in range(len(learn_at))], profile)
+        samples = [np.concatenate([run[i].samples_us[run[i].inliers] for run in learned_passes])
+                   for i in range(len(learn_at))]
+        model = L.fit(name, learn_at, samples, profile)
         test_passes = [[float(measure(b).center_us) for b in sizes] for _ in range(PASSES)]
         meas = [float(np.median([run[i] for run in test_passes])) for i in range(len(sizes))]
         centers = [float(np.median([run[i].center_us for run in learned_passes])) for i in range(len(learn_at))]
         slope, icpt = np.polyfit(learn_at, centers, 1)
         roof = [P.fixed_us(q) + b / (P.dram_gbps(q, "copy", 16) * 1e3) for b in sizes]
-        out["ops"][name] = {"learned": _errors([model.predict_us(b) for b in sizes], meas),
-                            "line_through_three": _errors([icpt + slope * b for b in sizes], meas),
-                            "roofline": _errors(roof, meas), "model": model.records(),
-                            "measured_us": meas}
+        pred = [model.predict_us(b) for b in sizes]
+        r = out["ops"][name] = {"learned": _errors(pred, meas),
+                                "line_through_three": _errors([icpt + slope * b for b in sizes], meas),
+                                "roofline": _errors(roof, meas), "model": model.records(),
+                                "measured_us": meas, "predicted_us": pred,
+                                "measured_passes_us": test_passes,
+                                "learning_samples_us": [[round(float(t), 4) for t in s] for s in samples]}
+        if sub:
+            r["learned_12"] = _errors([pred[i] for i in sub], [meas[i] for i in sub])
         if progress:
-            e = out["ops"][name]["learned"]
-            print(f"learned {name}: median {e['median']:.1%}, p90 {e['p90']:.1%}, worst {e['worst']:.1%}",
-                  file=progress, flush=True)
+            e = r["learned"]
+            print(f"learned {name}: median {e['median']:.1%}, p90 {e['p90']:.1%}, worst {e['worst']:.1%}"
+                  + (f" (the 12 sizes: p90 {r['learned_12']['p90']:.1%}, worst {r['learned_12']['worst']:.1%})"
+                     if sub else ""), file=progress, flush=True)
+        if on_op:
+            on_op(out)
     return out
 
 
 def to_markdown(res) -> str:
-    lines = [f"## Learned predictor on library ops ({res['backend']})", "",
-             "| op | learned median / p90 / worst | line through 3 sizes | roofline |", "|---|---|---|---|"]
+    k = len(res["sizes_bytes"])
+    lines = [f"## Learned predictor on library ops ({res['backend']}, {k} sizes)", "",
+             "| op | learned median / p90 / worst | the same at the 12-size grid | line through 3 sizes | roofline |",
+             "|---|---|---|---|---|"]
     for name, r in res["ops"].items():
-        cell = lambda e: f"{e['median']:.1%} / {e['p90']:.1%} / {e['worst']:.1%}"  # noqa: E731
-        lines.append(f"| {name} | {cell(r['learned'])} | {cell(r['line_through_three'])} | {cell(r['roofline'])} |")
+        cell = lambda e: f"{e['median']:.1%} / {e['p90']:.1%} / {e['worst']:.1%}" if e else "-"  # noqa: E731
+        lines.append(f"| {name} | {cell(r['learned'])} | {cell(r.get('learned_12'))} | "
+                     f"{cell(r['line_through_three'])} | {cell(r['roofline'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -142,13 +190,18 @@ def main(argv=None):
     p.add_argument("--backend", choices=["cupy", "sim"], default="cupy")
     p.add_argument("--max-bytes", type=float, default=4e9)
     p.add_argument("--out", help="PREFIX: writes PREFIX.json and PREFIX.md")
+    p.add_argument("--points", type=int, default=POINTS)
     a = p.parse_args(argv)
-    res = evaluate_ops(a.backend, max_bytes=a.max_bytes, progress=sys.stderr)
-    if a.out:
-        with open(a.out + ".json", "w") as f:
-            json.dump(res, f, indent=1)
-        with open(a.out + ".md", "w") as f:
-            f.write(to_markdown(res))
+
+    def write(res):
+        if a.out:
+            with open(a.out + ".json", "w") as f:
+                json.dump(res, f, indent=1)
+            with open(a.out + ".md", "w") as f:
+                f.write(to_markdown(res))
+
+    res = evaluate_ops(a.backend, points=a.points, max_bytes=a.max_bytes, progress=sys.stderr, on_op=write)
+    write(res)
     sys.stdout.write(to_markdown(res))
     return 0
 
