@@ -35,6 +35,13 @@ MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV = "CALIB_MEASURED_SIGNAL_DIR", "CALIB_NOTE
 TURN_READY_ENV, TURN_WAIT_ENV = "CALIB_TURN_READY", "CALIB_TURN_WAIT"
 # A notebook whose run died would otherwise wait for ever; past this it measures, and says so.
 TURN_TIMEOUT_S = 600.0
+# What a notebook imports after measuring, for its fit (calib.fit: scipy.stats, statsmodels'
+# estimators) and figures (matplotlib): most of the last notebook's fit and plot, which end a run
+# (H200 2026-12-01 quick #2: shared_memory fit 2.0 s, plot 1.2 s after measuring; the imports alone
+# take 1.5 s quiet on a 2-core CPU host, 2026-12-02). A notebook queued for the GPU behind others
+# imports them while it waits (GpuQueue.wait), one module a step.
+WARM_UP_MODULES = ("scipy.stats", "statsmodels.regression.linear_model", "statsmodels.robust.robust_linear_model",
+                   "matplotlib.pyplot", "calib.plotting")
 SIMULATED_BANNER = ("SIMULATED DEVICE: these numbers come from calib's simulated GPU, not from real "
                     "hardware. They demonstrate the pipeline and test the statistics.")
 
@@ -55,6 +62,7 @@ class Calibration:
                  db: str | None = None, output_dir: str | os.PathLike | None = None, label: str | None = None,
                  reason: str | None = None, ticket: str | None = None, rule: StoppingRule | None = None,
                  seed: int | None = None, progress: bool = True):
+        began_at = time.time()  # the setup phase in parts (calib.phases): imports until here, then each step
         self.definition = calibrations.get(calibration)
         self.id = self.definition.ID
         self.progress = progress
@@ -62,8 +70,10 @@ class Calibration:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         name, self.backend_reason = resolve_backend_name(backend, device)
         self.backend = get_backend(name, sim_spec=sim_spec or None, device=device, rule=rule, seed=seed)
+        backend_at = time.time()
         self.device_index = device
         self.device, self.software = self.backend.fingerprint()
+        fingerprint_at = time.time()
         self.store = Store(db or default_url(self.output_dir / "results.sqlite"))
         self.label = label or f"calib-{utc_now()}"
         self.session_id = self.store.open_session(self.label, self.device, self.software, reason=reason, ticket=ticket)
@@ -72,7 +82,9 @@ class Calibration:
         # where this notebook's time goes (calib.phases): from the launch, through this setup, onwards
         import calib
 
-        self.phases = PhaseRecorder(imported_at=getattr(calib, "_IMPORTED_AT", None))
+        imported_at = getattr(calib, "_IMPORTED_AT", None)
+        self.phases = PhaseRecorder(imported_at=imported_at, setup_parts=_setup_parts(
+            imported_at, began_at, [("backend", backend_at), ("fingerprint", fingerprint_at), ("store", time.time())]))
 
     @property
     def simulated(self) -> bool:
@@ -184,8 +196,8 @@ class Calibration:
             self._gpu_lock.acquire()
             return
         queue = GpuQueue(folder, os.environ.get(NOTEBOOK_ENV) or self.id, self.definition.TAIL_S)
-        try:
-            queue.wait(TURN_TIMEOUT_S)
+        try:  # in turn after the host-timed notebooks (await_turn): nothing here disturbs their timing
+            queue.wait(TURN_TIMEOUT_S, meanwhile=[_importer(m) for m in WARM_UP_MODULES])
             self._gpu_lock.acquire()
         finally:
             queue.leave()
@@ -238,6 +250,33 @@ class Calibration:
                            failures=result.failures, timings=self.phases)
         print("wrote", path)
         return path
+
+
+def _setup_parts(imported_at, began_at: float, steps) -> dict:
+    """Seconds per part of the setup phase: ``imports`` (from calib's import to the Calibration:
+    calib.calibration's own imports and the notebook's cells before it), then each step, ending
+    at its time. Every notebook's setup comes before the host-timed one may measure, so that it
+    is on a run's critical path (3 s per notebook on the H200, 2026-12-01)."""
+    parts, last = {}, began_at
+    if imported_at is not None and imported_at <= began_at:
+        parts["imports"] = round(began_at - imported_at, 4)
+    for name, at in steps:
+        parts[name] = round(max(0.0, at - last), 4)
+        last = at
+    return parts
+
+
+def _importer(module: str):
+    """A step that imports ``module`` ahead of its use; a module that cannot be imported is left
+    for the code that needs it to report."""
+    def step():
+        import importlib
+
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the fit or the figures say what is missing, where it matters
+            pass
+    return step
 
 
 def _signal_measured():

@@ -5,7 +5,8 @@ A notebook of ``calib run`` passes through these phases, in this order:
 - ``start``: from ``calib run`` launching the notebook's process to calib's first import in its
   kernel (the process, papermill, the Jupyter kernel, the parameters cell);
 - ``setup``: from that import to a ready :class:`calib.calibration.Calibration` (imports, the
-  backend, the results store and its session);
+  backend, the results store and its session; the fragment's ``timeline.setup_parts_s`` has these
+  parts: ``imports``, ``backend``, ``fingerprint``, ``store``);
 - ``compile``: the backend's ``prepare`` before the GPU is taken (a compile-only calibration's
   whole collection counts here: compiling is what it does);
 - ``wait``: waiting for its turn (``calib.runner.Turns``) and for the GPU lock;
@@ -47,7 +48,9 @@ class PhaseRecorder:
     """The phases of one notebook. ``imported_at``: when calib was first imported (wall clock);
     ``launched_at``: when ``calib run`` launched the process (default: from the environment)."""
 
-    def __init__(self, *, imported_at: float | None = None, launched_at: float | None = None):
+    def __init__(self, *, imported_at: float | None = None, launched_at: float | None = None,
+                 setup_parts: dict | None = None):
+        self.setup_parts = dict(setup_parts or {})  # seconds per part of the setup phase, as measured
         self.launched_at = launched_at if launched_at is not None else launched_at_from_env()
         now = time.time()
         self._offset = now - time.monotonic()  # wall clock = monotonic + offset, fixed once
@@ -99,9 +102,11 @@ class PhaseRecorder:
     def document(self) -> dict:
         """What a fragment keeps: ``timings_s`` and ``timeline`` (see :func:`fragment_fields`)."""
         spans = self.snapshot()
-        return {"timings_s": durations(spans),
-                "timeline": {"origin": "launch" if self.launched_at is not None else "import",
-                             "launched_at": self.launched_at, "spans": spans}}
+        timeline = {"origin": "launch" if self.launched_at is not None else "import",
+                    "launched_at": self.launched_at, "spans": spans}
+        if self.setup_parts:
+            timeline["setup_parts_s"] = self.setup_parts
+        return {"timings_s": durations(spans), "timeline": timeline}
 
 
 def durations(spans) -> dict:
@@ -129,6 +134,9 @@ def check_fragment_fields(doc: dict) -> str | None:
         launched = timeline.get("launched_at")
         if launched is not None and not _seconds(launched):
             return f"'timeline'.launched_at must be a time in seconds, not {launched!r}"
+        parts = timeline.get("setup_parts_s", {})
+        if not isinstance(parts, dict) or not all(isinstance(k, str) and _seconds(v) for k, v in parts.items()):
+            return "'timeline'.setup_parts_s must map a part of the setup to its seconds"
         spans = timeline.get("spans", [])
         if not isinstance(spans, list) or not all(
                 isinstance(s, list) and len(s) == 3 and isinstance(s[0], str) and _number(s[1]) and _number(s[2])

@@ -84,7 +84,9 @@ def test_fragments_keep_their_phases_and_bad_phases_are_refused_by_field(tmp_pat
                              ("timings_s", {"fit": -1}, "'timings_s'.fit must be a non-negative"),
                              ("timings_s", {"fit": True}, "'timings_s'.fit"),
                              ("timeline", {"spans": [["fit", 2, 1]]}, "'timeline'.spans"),
-                             ("timeline", {"launched_at": "soon"}, "'timeline'.launched_at")):
+                             ("timeline", {"launched_at": "soon"}, "'timeline'.launched_at"),
+                             ("timeline", {"setup_parts_s": {"store": -0.1}}, "'timeline'.setup_parts_s"),
+                             ("timeline", {"setup_parts_s": [0.1]}, "'timeline'.setup_parts_s")):
         broken = {**json.loads((tmp_path / "fragment-launch_latency.json").read_text()), field: bad}
         (tmp_path / "bad.json").write_text(json.dumps(broken))
         with pytest.raises(ProfileError, match=f"bad.json: {says}".replace("(", r"\(").replace(")", r"\)")):
@@ -165,3 +167,18 @@ def test_a_simulated_run_says_where_each_notebooks_time_went(sim_run):
     assert 'id="phase-table"' in html and 'id="critical-path"' in html
     md = phases.format_table(index["notebooks"], index["critical_path"], markdown=True)  # as bench/ceilings.py
     assert md.startswith("| notebook | wall | start |") and md.count("\n| ") == 11  # the rows after the header
+
+
+def test_a_notebooks_setup_is_recorded_in_parts_that_add_up_to_its_setup_phase(tmp_path, monkeypatch):
+    """Every notebook's setup comes before the host-timed one may measure: its parts (imports,
+    backend, fingerprint, store) say which of them a run waits for."""
+    import calib
+    from calib.calibration import Calibration
+
+    monkeypatch.setattr(calib, "_IMPORTED_AT", time.time() - 0.3)  # as if calib was imported 0.3 s ago
+    cal = Calibration("occupancy", backend="sim", output_dir=tmp_path, db=f"sqlite:///{tmp_path / 'r.sqlite'}",
+                      progress=False)
+    parts = cal.phases.document()["timeline"]["setup_parts_s"]
+    assert list(parts) == ["imports", "backend", "fingerprint", "store"] and all(v >= 0 for v in parts.values())
+    assert parts["imports"] >= 0.29
+    assert sum(parts.values()) == pytest.approx(cal.phases.timings_s()["setup"], abs=0.02)
