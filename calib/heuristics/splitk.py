@@ -152,8 +152,10 @@ def _tile_efficiency(path: str, tm: int, tn: int) -> float:
     return f * (SIMT_NARROW_EFFICIENCY[64] if 64 in (tm, tn) else 1.0)
 
 
-def _tiles_for(x: int, path: str, batch: int) -> tuple:
-    if path == "simt" and batch == 1 and x <= SIMT_32_ROWS_UP_TO:
+def _row_tiles(m: int, path: str, batch: int) -> tuple:
+    """The output tiles' heights (the m side) cuBLAS considers; their widths are always TILES.
+    Only rows: 48 columns ran like a 64-wide tile (SIMT_32_ROWS_UP_TO's data)."""
+    if path == "simt" and batch == 1 and m <= SIMT_32_ROWS_UP_TO:
         return (32,)
     return TILES[path]
 
@@ -173,8 +175,8 @@ def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str,
     from_dram = 1.0 - P.streamed_l2_fraction(q, nbytes)
     t_epilogue = EPILOGUE_WRITES * batch * m * n * out_bytes / (P.dram_gbps(q, "write", 16) * 1e3)
     best = math.inf
-    for tm in _tiles_for(m, path, batch):
-        for tn in _tiles_for(n, path, batch):
+    for tm in _row_tiles(m, path, batch):
+        for tn in TILES[path]:
             tiles = math.ceil(m / tm) * math.ceil(n / tn) * batch
             rate_sm = peak * _tile_efficiency(path, tm, tn) / sms
             step_us = STEP_NS[path] * 1e-3 * (tm + tn) / 256
