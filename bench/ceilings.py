@@ -110,6 +110,7 @@ def main(argv=None) -> int:
     lines += ["", "Where the time went, per notebook (s, from its process's launch; `other` is its wall time "
               "less its phases: cells between them, kernel shutdown, the executed notebook written):", "",
               format_phase_table(index.get("notebooks"), index.get("critical_path"), markdown=True)]
+    lines += ["", *run_breakdown(out / "run", index, wall_s)]
     lines += ["", "Bandwidths (unqualified) with a CI wider than ±0.5% (target: none): " + (", ".join(wide) or "none")]
     if result.failed:
         lines += ["", "Notebooks that failed: " + "; ".join(f"{nb}: {why}" for nb, why in result.failed)]
@@ -126,6 +127,49 @@ def main(argv=None) -> int:
                                                     indent=2, default=str))
     print(text)
     return 0 if all(r[-1] == "pass" for r in rows) else 1
+
+
+def run_breakdown(run_dir: Path, index: dict, wall_s: float) -> list[str]:
+    """The run's critical path in four stretches (issue 13: where the quick suite's time goes),
+    from each notebook's spans (its fragment, seconds from its launch) placed at its start in the
+    run: until the first measurement (every notebook's start and setup: the host-timed one waits
+    for all to be ready), the measurements one after another (and the GPU's idle gaps between
+    them), the tail after the last measurement (the last notebook's fit, plot and exit), and the
+    run's own end (merge, index, report). Then each notebook's setup in parts."""
+    spans, parts, finished = [], {}, []
+    for nb in index.get("notebooks") or []:
+        frag_path = run_dir / str(nb.get("fragment") or "")
+        if not nb.get("fragment") or not frag_path.is_file() or nb.get("started_s") is None:
+            continue
+        timeline = json.loads(frag_path.read_text()).get("timeline") or {}
+        start = nb["started_s"]
+        spans += [(nb["calibration"], name, start + a, start + b) for name, a, b in timeline.get("spans", [])]
+        parts[nb["calibration"]] = timeline.get("setup_parts_s") or {}
+        if nb.get("finished_s") is not None:
+            finished.append((nb["finished_s"], nb["calibration"]))
+    measures = sorted((a, b) for _, name, a, b in spans if name == "measure" and b - a > 0.01)
+    if not measures or not finished:
+        return []
+    first, last_end = measures[0][0], max(b for _, b in measures)
+    busy, reach = 0.0, first
+    for a, b in measures:  # the union of the measure spans: the GPU in use by one notebook or another
+        busy += max(0.0, b - max(a, reach))
+        reach = max(reach, b)
+    end_s, last_nb = max(finished)
+    lines = ["Where the run's time went (s into the run): "
+             f"until the first measurement {first:.1f}; measurements {first:.1f}-{last_end:.1f} "
+             f"({busy:.1f} measuring, {last_end - first - busy:.1f} idle between them); "
+             f"after the last measurement until the last notebook ({last_nb}) ended {end_s - last_end:.1f}; "
+             f"the run's end (merge, index, report) {wall_s - end_s:.1f}; wall {wall_s:.1f}."]
+    order = ("imports", "backend", "fingerprint", "store")  # calib.calibration's parts, in the order they run
+    seen = {k for p in parts.values() for k in p}
+    names = [k for k in order if k in seen] + sorted(seen - set(order))
+    if names:
+        lines += ["", "Setup in parts (s; `imports`: from calib's import to the Calibration):", "",
+                  "| notebook | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        lines += [f"| {nb} | " + " | ".join(f"{p[k]:.2f}" if k in p else "" for k in names) + " |"
+                  for nb, p in parts.items() if p]
+    return lines
 
 
 def _torch_matmul_tflops(m: int, k: int) -> dict:

@@ -21,13 +21,18 @@ from . import fingerprint as fp
 from . import lifeline
 from . import phases as _phases
 from .errors import CalibError
-from .backends import get_backend, resolve_backend_name
-from .calibration import (MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, TURN_READY_ENV, TURN_WAIT_ENV,
-                          read_fragment)
 from . import runfolder
 from .profile import ProfileError, merge_into, user_profiles_dir
-from .store import default_url
 from .timestamps import utc_now
+
+if __name__ != "__main__":
+    # Not in a notebook's process (`python -m calib.runner --one`, eleven starting at once beside
+    # their kernels), which uses none of these: they import numpy and SQLAlchemy, 0.4 s of that
+    # process's 1.1 s start alone on a 2-core CPU host (python -X importtime, 2026-12-02).
+    from .backends import get_backend, resolve_backend_name
+    from .calibration import (MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV, SIMULATED_BANNER, TURN_READY_ENV,
+                              TURN_WAIT_ENV, read_fragment)
+    from .store import default_url
 
 # Every suite runs every notebook (one per calibration of the registry, named by its id); the suite
 # picks each notebook's grid (passed as `suite`).
@@ -283,12 +288,30 @@ def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = 
         futures = {t[0]: pool.submit(start, t) for t in first + rest}  # the pool starts them in this order
         if turns:
             turns.referee(futures, started, others=len(rest))
+        _warm_the_end()  # the host-timed notebooks have measured: nothing here disturbs them
         with tqdm(total=len(tasks), desc="notebooks", unit="nb", disable=not progress) as bar:
             for task in tasks:
                 result = futures[task[0]].result()
                 bar.update(1)
                 bar.set_postfix_str(result[0])
                 yield result
+
+
+# What the run's end imports after the last notebook: the report (calib.html_report) opens the
+# results store read-only, which checks its schema revision through alembic's scripts (0.2 s to
+# import quiet, 0.6 s under load on a 2-core CPU host, of a 0.4-1.2 s report; 2026-12-02). Imported
+# while the notebooks measure instead, it leaves the run's end.
+END_MODULES = ("calib.html_report", "alembic.script")
+
+
+def _warm_the_end():
+    import importlib
+
+    for module in END_MODULES:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the report says what it lacks, as a warning, where it matters
+            pass
 
 
 class Turns:
@@ -366,14 +389,16 @@ def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, 
                  launched_at: float | None = None):
     """One notebook through papermill in a real kernel; an error comes back as text. The wall
     time counts from ``launched_at`` (when ``calib run`` started this notebook's process; default:
-    now), which its kernel learns from the environment (calib.phases)."""
-    import papermill
-
+    now), which its kernel learns from the environment (calib.phases). The kernel is started
+    before papermill is imported, so that it boots while papermill loads (:func:`_start_kernel`)."""
     launched_at = launched_at or time.time()
     before = os.environ.get(_phases.LAUNCHED_AT_ENV)
     os.environ[_phases.LAUNCHED_AT_ENV] = repr(launched_at)  # the kernel inherits it
     try:
-        error = _execute_attempts(papermill, nb, source, output, parameters, cwd, progress_bar)
+        first = _start_kernel(cwd)
+        import papermill
+
+        error = _execute_attempts(papermill, nb, source, output, parameters, cwd, progress_bar, first_kernel=first)
     finally:
         if before is None:
             os.environ.pop(_phases.LAUNCHED_AT_ENV, None)
@@ -382,12 +407,48 @@ def _execute_one(nb: str, source: str, output: str, parameters: dict, cwd: str, 
     return nb, error, max(0.0, time.time() - launched_at)
 
 
-def _execute_attempts(papermill, nb, source, output, parameters, cwd, progress_bar):
+def _start_kernel(cwd: str):
+    """A started Jupyter kernel for papermill to run the notebook in (its ``km``), or the exception
+    that kept it from starting (papermill's attempt then fails with it, and the next attempt starts
+    another). Started here rather than by papermill: the kernel boots (2 s of a notebook's 4.1-5.2 s
+    start on the H200 host, 2026-12-01 quick #2) while this process imports papermill, instead of
+    after it. IPython's history stays in memory, as papermill's own kernels keep it: eleven kernels
+    writing one history file would wait on each other's locks."""
+    try:
+        from jupyter_client.manager import AsyncKernelManager
+        from jupyter_core.utils import run_sync
+
+        km = AsyncKernelManager(kernel_name="python3")
+        run_sync(km.start_kernel)(cwd=cwd, extra_arguments=["--HistoryManager.hist_file=:memory:"])
+        return km
+    except Exception as exc:  # noqa: BLE001 - the attempt that uses it reports it
+        return exc
+
+
+def _end_kernel(km) -> None:
+    """Kill the kernel at once. Its notebook is done (outputs received, fragment and figures
+    written, the results store committed, the GPU lock released), and a polite shutdown of a kernel
+    that has loaded calib's stack took 0.93 s here (0.13 s killed; 2-core CPU host, 2026-12-02):
+    0.9 of the 1.0-1.3 s 'other' that the last notebook of a run adds to its end."""
+    if km is None or isinstance(km, BaseException):
+        return
+    from jupyter_core.utils import run_sync
+
+    try:
+        run_sync(km.shutdown_kernel)(now=True)
+    except Exception:  # noqa: BLE001 - dead already; its process group goes with this process in any case
+        pass
+
+
+def _execute_attempts(papermill, nb, source, output, parameters, cwd, progress_bar, first_kernel=None):
     error = None
     for attempt in (1, 2):
+        km = first_kernel if attempt == 1 and first_kernel is not None else _start_kernel(cwd)
         try:
+            if isinstance(km, BaseException):
+                raise km
             papermill.execute_notebook(source, output, parameters=parameters, cwd=cwd, kernel_name="python3",
-                                       progress_bar=progress_bar, log_output=False)
+                                       progress_bar=progress_bar, log_output=False, km=km)
             error = None
             break
         except papermill.PapermillExecutionError as exc:  # a cell raised: the notebook's own error
@@ -400,6 +461,8 @@ def _execute_attempts(papermill, nb, source, output, parameters, cwd, progress_b
             error = f"{type(exc).__name__}: {exc}"
             if attempt == 1:
                 print(f"calib run: {nb}: {error}; starting it again", file=sys.stderr)
+        finally:
+            _end_kernel(km)
     return error
 
 

@@ -209,27 +209,84 @@ def test_a_calibration_killed_half_way_resumes_without_remeasuring(tmp_path, qui
         assert lo1 <= hi2 and lo2 <= hi1, f"{name}: {p1[name]['ci95']} and {p2[name]['ci95']} do not overlap"
 
 
+class _FakeKernel:
+    """A kernel manager as _start_kernel hands it to papermill; records how it was ended."""
+
+    def __init__(self, log):
+        self.log = log
+        log.append(["started", self])
+
+    async def shutdown_kernel(self, now=False, restart=False):
+        self.log.append(["ended", self, now])
+
+
 def test_a_kernel_that_dies_is_started_again_and_a_second_death_is_reported(monkeypatch):
+    """Each attempt runs in a kernel of its own, started before papermill runs it and killed at
+    once (now=True) after it, whatever the attempt's outcome."""
     import papermill
 
     from calib import runner
 
-    calls = []
+    calls, kernels = [], []
+    monkeypatch.setattr(runner, "_start_kernel", lambda cwd: _FakeKernel(kernels))
 
     def dies_once(*args, **kwargs):
-        calls.append(1)
+        calls.append(kwargs["km"])
         if len(calls) == 1:
             raise RuntimeError("Kernel died before replying to kernel_info")
 
     monkeypatch.setattr(papermill, "execute_notebook", dies_once)
     nb, error, _ = runner._execute_one("occupancy", "in.ipynb", "out.ipynb", {}, ".", False)
     assert (nb, error, len(calls)) == ("occupancy", None, 2)
+    first, second = calls
+    assert first is not second
+    assert kernels == [["started", first], ["ended", first, True], ["started", second], ["ended", second, True]]
 
     def always_dies(*args, **kwargs):
         raise RuntimeError("Kernel died")
 
     monkeypatch.setattr(papermill, "execute_notebook", always_dies)
     assert runner._execute_one("occupancy", "in.ipynb", "out.ipynb", {}, ".", False)[1] == "RuntimeError: Kernel died"
+
+    def never_starts(cwd):  # the kernel of the first attempt did not start: the second attempt starts one
+        kernels.append(["failed"])
+        return RuntimeError("no kernel spec python3") if len(kernels) == 1 else _FakeKernel(kernels)
+
+    kernels.clear()
+    monkeypatch.setattr(runner, "_start_kernel", never_starts)
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: None)
+    assert runner._execute_one("occupancy", "in.ipynb", "out.ipynb", {}, ".", False)[1] is None
+    assert [k[0] for k in kernels] == ["failed", "failed", "started", "ended"]
+
+
+@pytest.mark.slow
+def test_a_notebook_runs_in_the_kernel_started_for_it_which_is_gone_when_it_returns(tmp_path):
+    """The real path: the kernel _start_kernel starts (in the notebook's folder, before papermill is
+    imported) runs the cells, its outputs are in the executed notebook, and it is dead by the time
+    _execute_one returns, though its notebook never asked it to exit."""
+    import os
+    import time
+
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from calib import runner
+    from calib.lifeline import pid_alive
+
+    nb = new_notebook(cells=[new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+                             new_code_cell("import os\nprint(os.getpid(), os.getcwd(), x)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    source, output = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, source)
+    folder = tmp_path / "cwd"
+    folder.mkdir()
+    name, error, wall_s = runner._execute_one("t", str(source), str(output), {"x": 7}, str(folder), False)
+    assert (name, error) == ("t", None) and wall_s > 0
+    pid, cwd, x = nbformat.read(output, as_version=4).cells[-1].outputs[0]["text"].split()
+    assert (os.path.realpath(cwd), x) == (os.path.realpath(folder), "7") and int(pid) != os.getpid()
+    deadline = time.monotonic() + 5  # killed: gone at once; reaped by its manager
+    while pid_alive(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(int(pid))
 
 
 @pytest.mark.slow

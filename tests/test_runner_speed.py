@@ -1,0 +1,128 @@
+"""What `calib run` keeps off the critical path of its notebooks (issue 13: the quick suite in 30 s):
+each notebook's process imports what starting the notebook needs and nothing else, the fit imports
+only the estimators it uses, and a notebook queued behind others imports its fit and plot stack
+while it waits for the GPU."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+
+def _imported(code: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_a_notebook_process_imports_neither_numpy_nor_sqlalchemy_before_its_kernel_starts():
+    """`python -m calib.runner --one` is eleven processes at once beside eleven starting kernels:
+    the module runs as __main__ there, without the run's own imports."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "calib.runner"], capture_output=True,
+                         text=True, timeout=120)
+    assert "usage: python -m calib.runner --one" in out.stderr
+    imported = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert "calib.phases" in imported and "calib.lifeline" in imported
+    assert not {"numpy", "pandas", "sqlalchemy", "calib.calibration", "calib.store"} & imported
+
+
+def test_the_run_itself_still_has_what_it_needs_when_imported():
+    from calib import runner
+
+    assert callable(runner.read_fragment) and callable(runner.default_url) and runner.TURN_WAIT_ENV
+
+
+def test_a_fit_imports_the_estimators_and_not_statsmodels_api():
+    imported = _imported(textwrap.dedent("""
+        import json, sys
+        import numpy as np
+        from calib.fit import fit_linear_time
+        x = np.array([1.0, 2, 4, 8, 16, 32])
+        fit = fit_linear_time(x, 3.0 + 0.5 * x * (1 + 0.01 * np.sin(x)), n_samples=np.full(6, 20.0))
+        robust = fit_linear_time(x, 3.0 + 0.5 * x * (1 + 0.01 * np.cos(x)), robust=True)
+        assert abs(fit.slope_us - 0.5) < 0.05 and abs(robust.slope_us - 0.5) < 0.05
+        print(json.dumps(sorted(sys.modules)))
+    """))
+    assert "statsmodels.regression.linear_model" in imported
+    assert not {"statsmodels.api", "statsmodels.formula.api", "statsmodels.tsa.api"} & imported
+
+
+def test_a_notebook_queued_behind_two_imports_its_fit_and_plot_stack_before_it_takes_the_gpu(tmp_path):
+    """Calibration._take_gpu queues with the warm-up steps: with two live waiters ahead, every
+    module of WARM_UP_MODULES is imported before the lock is taken."""
+    code = textwrap.dedent(f"""
+        import json, os, sys, threading, time
+        from pathlib import Path
+        from calib.calibration import MEASURED_SIGNAL_DIR_ENV, WARM_UP_MODULES, Calibration
+
+        folder = Path({str(tmp_path / "signals")!r}); folder.mkdir()
+        os.environ[MEASURED_SIGNAL_DIR_ENV] = str(folder)
+        cal = Calibration("occupancy", backend="sim", output_dir={str(tmp_path / "out")!r},
+                          db="sqlite:///{tmp_path / 'r.sqlite'}", progress=False)
+
+        class Lock:
+            held = False
+            def acquire(self):
+                self.held = True
+                self.modules = [m for m in WARM_UP_MODULES if m in sys.modules]
+
+        cal._gpu_lock = Lock()
+        for name, tail_s in (("memory_bandwidth", 99.0), ("matmul_throughput", 98.0)):  # alive: this pid
+            (folder / f"{{name}}.queued").write_text(json.dumps({{"tail_s": tail_s, "pid": os.getpid()}}))
+        before = [m for m in WARM_UP_MODULES if m in sys.modules]
+
+        def measured_in_turn():  # the two ahead take the GPU once the steps are done (or after 60 s)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not all(m in sys.modules for m in WARM_UP_MODULES):
+                time.sleep(0.05)
+            for path in folder.glob("*.queued"):
+                if path.stem != "occupancy":
+                    path.unlink()
+
+        threading.Thread(target=measured_in_turn, daemon=True).start()
+        cal._take_gpu()
+        print(json.dumps({{"before": before, "at_lock": cal._gpu_lock.modules, "held": cal._gpu_lock.held,
+                          "left": sorted(p.name for p in folder.glob("*.queued"))}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    from calib.calibration import WARM_UP_MODULES
+
+    assert "matplotlib.pyplot" not in got["before"] and "scipy.stats" not in got["before"]
+    assert got["at_lock"] == list(WARM_UP_MODULES) and got["held"] and got["left"] == []
+
+
+def test_the_runs_end_is_imported_once_the_host_timed_notebook_has_measured_not_before(tmp_path):
+    code = textwrap.dedent(f"""
+        import json, sys, time
+        from pathlib import Path
+        from calib import runner
+
+        signals = Path({str(tmp_path)!r})
+        seen = {{}}
+
+        def fake(task, signal_dir, env):
+            nb = task[0]
+            if nb == "launch_latency":  # host-timed: measures first, on a quiet host
+                seen[nb] = [m for m in runner.END_MODULES if m in sys.modules]
+                (signal_dir / f"{{nb}}.measured").touch()
+            else:
+                (signal_dir / f"{{nb}}.ready").touch()
+            return nb, None, 0.0
+
+        runner._execute_in_process = fake
+        tasks = [(nb, "in", "out", {{}}, ".", False) for nb in ("launch_latency", "occupancy", "registers")]
+        before = [m for m in runner.END_MODULES if m in sys.modules]
+        results = list(runner._execute_all(tasks, 3, progress=False, signal_dir=signals))
+        print(json.dumps({{"before": before, "while_host_timed": seen["launch_latency"],
+                          "after": [m for m in runner.END_MODULES if m in sys.modules],
+                          "results": [r[0] for r in results]}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    from calib.runner import END_MODULES
+
+    assert got["before"] == [] and got["while_host_timed"] == []
+    assert got["after"] == list(END_MODULES) and got["results"] == ["launch_latency", "occupancy", "registers"]
