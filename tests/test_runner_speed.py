@@ -126,3 +126,21 @@ def test_the_runs_end_is_imported_once_the_host_timed_notebook_has_measured_not_
 
     assert got["before"] == [] and got["while_host_timed"] == []
     assert got["after"] == list(END_MODULES) and got["results"] == ["launch_latency", "occupancy", "registers"]
+
+
+def test_a_notebook_process_hands_its_result_back_and_ends_without_the_interpreters_exit(tmp_path):
+    """`python -m calib.runner --one` ends by os._exit once its result line is out (calib run waits
+    for the process, and a normal exit took 0.3-0.5 s more): the line must still arrive whole,
+    and the executed notebook be written."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from calib import runner
+
+    nb = new_notebook(cells=[new_code_cell("x = 1", metadata={"tags": ["parameters"]}), new_code_cell("print(x + 1)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, tmp_path / "in.ipynb")
+    task = ("t", str(tmp_path / "in.ipynb"), str(tmp_path / "out.ipynb"), {"x": 41}, str(tmp_path), False)
+    name, error, wall_s = runner._execute_in_process(task, None)
+    assert (name, error) == ("t", None) and wall_s > 0
+    assert nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[-1].outputs[0]["text"] == "42\n"
