@@ -101,7 +101,11 @@ LAUNCH_US = {"tensor": 4.2, "simt": 4.7}
 # cuBLAS's own split-K pays a second kernel (its reduction of the partial tiles): few-tile fp16
 # GEMMs with K from about 2k sit at 8.5-10 us (16x16x16128 8.9 us, 32x32x28672 8.7 us,
 # 32x656x5120 9.7 us) where K of 256-768 ran in 4.6-5.8 us; the FP32 floor, which always splits,
-# is 8.5-9.5 us (96x48x512 8.6 us, 2960x32x256 8.8 us, 16x16x2560 9.7 us).
+# is 8.5-9.5 us (96x48x512 8.6 us, 2960x32x256 8.8 us, 16x16x2560 9.7 us). The reduction also
+# moves its s*m*n fp32 partials and C (:func:`internal_reduction_us`, from L2 where they fit):
+# without that, the 31 recorded fp16 memory-bound rows that the model gave 128-wide tiles and an
+# internal split ran a median 1.06x their prediction (80x592x30464, 928x176x26880 and
+# 176x160x58624: 1.14-1.23x; recordings A-H, H200, 2026-12-01).
 INTERNAL_SPLIT_US = 4.15
 # One CTA's K loop when nothing else bounds it (latency per K step), per element of K, for a tile
 # whose two sides sum to 256 (a 128x128 tile; it scales with the sides, the bytes a step loads):
@@ -166,7 +170,8 @@ def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str,
     its own split of K). Each is the tiles in waves over the SMs, a tile's K loop bound by its flops
     at its share of an SM's peak or by :data:`STEP_NS` per K, or the operands not held in L2 at
     DRAM speed if slower (an internal split also writes and reads its partial tiles); plus the
-    epilogue's store of C, the launch, and an internal split's reduction kernel."""
+    epilogue's store of C, the launch, and an internal split's reduction kernel
+    (:func:`internal_reduction_us`)."""
     sms = P.sm_count(q)
     name = RATE["float16"] if path == "tensor" else RATE["float32"]
     peak = q(name, P.DEFAULTS.get(name, 100.0)) * 1e6 * EFFICIENCY[path]  # flop per us
@@ -174,6 +179,7 @@ def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str,
     nbytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
     from_dram = 1.0 - P.streamed_l2_fraction(q, nbytes)
     t_epilogue = EPILOGUE_WRITES * batch * m * n * out_bytes / (P.dram_gbps(q, "write", 16) * 1e3)
+    reduce_us = {s: internal_reduction_us(q, m, n, s, out_bytes) for s in INTERNAL_SPLITS[1:] if batch == 1}
     best = math.inf
     for tm in _row_tiles(m, path, batch):
         for tn in TILES[path]:
@@ -186,9 +192,16 @@ def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str,
                 waves = max(1.0, tiles * s / sms)
                 per_cta = max(2.0 * tm * tn * (k / s) / rate_sm, step_us * k / s)
                 t_mem = (nbytes + (s * m * n * 4 if s > 1 else 0)) * from_dram / dram
-                t = max(waves * per_cta, t_mem) + t_epilogue + (INTERNAL_SPLIT_US if s > 1 else 0.0)
-                best = min(best, t)
+                t = max(waves * per_cta, t_mem) + t_epilogue
+                best = min(best, t + reduce_us.get(s, 0.0))
     return LAUNCH_US[path] + best
+
+
+def internal_reduction_us(q, m: int, n: int, s: int, out_bytes: int) -> float:
+    """cuBLAS's own split-K reduction kernel: its fixed cost, then reading the ``s`` fp32 partial
+    tiles (just written, so from L2 while they fit) and writing C."""
+    partial_bytes = s * m * n * 4
+    return INTERNAL_SPLIT_US + P.stream_us(q, partial_bytes + m * n * out_bytes, partial_bytes, 16, "read")
 
 
 def small_kernel_us(q, nbytes: float, efficiency: float = 1.0) -> float:
