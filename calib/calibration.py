@@ -40,8 +40,10 @@ TURN_TIMEOUT_S = 600.0
 # (H200 2026-12-01 quick #2: shared_memory fit 2.0 s, plot 1.2 s after measuring; the imports alone
 # take 1.5 s quiet on a 2-core CPU host, 2026-12-02). A notebook queued for the GPU behind others
 # imports them while it waits (GpuQueue.wait), one module a step.
-WARM_UP_MODULES = ("scipy.stats", "statsmodels.regression.linear_model", "statsmodels.robust.robust_linear_model",
-                   "matplotlib.pyplot", "calib.plotting")
+# pandas and pyarrow.parquet come first: the tidy frame and its parquet file are made right after
+# measuring, before the fit.
+WARM_UP_MODULES = ("pandas", "pyarrow.parquet", "scipy.stats", "statsmodels.regression.linear_model",
+                   "statsmodels.robust.robust_linear_model", "matplotlib.pyplot", "calib.plotting")
 SIMULATED_BANNER = ("SIMULATED DEVICE: these numbers come from calib's simulated GPU, not from real "
                     "hardware. They demonstrate the pipeline and test the statistics.")
 
@@ -113,7 +115,7 @@ class Calibration:
                 frame["simulated"] = self.simulated
                 print(f"{len(frame)} kernels compiled")
             else:
-                frame, report = self.sweep(configs, desc=self.id, wait_for_workers=wait_for_workers)
+                frame, report = self.sweep(configs, desc=self.id, wait_for_workers=wait_for_workers, release=True)
                 print(report)
             self.release_gpu()
             frame.to_parquet(self.output_dir / f"{self.id}.parquet")
@@ -138,9 +140,12 @@ class Calibration:
         return "\n".join(p for p in parts if p)
 
     def sweep(self, configs: list[dict], *, desc: str = "sweep", progress: bool | None = None,
-              wait_for_workers: bool = False):
+              wait_for_workers: bool = False, release: bool = False):
         """Measure the configs not yet completed in this session (here, or by ``calib worker``
-        processes with ``wait_for_workers``); return the tidy frame of all, and the report."""
+        processes with ``wait_for_workers``); return the tidy frame of all, and the report.
+        ``release``: give the GPU back (:meth:`release_gpu`) as soon as the last point is measured,
+        before the report and the frame are read from the store (pandas: its first import held the
+        GPU idle in every notebook after its last kernel)."""
         from .worker import physical_gpu_id
 
         if wait_for_workers:
@@ -157,7 +162,7 @@ class Calibration:
         with self.phases.phase("measure"):
             report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
                                gpu_id=None if self.simulated else physical_gpu_id(self.device_index),
-                               wait_for_workers=wait_for_workers)
+                               wait_for_workers=wait_for_workers, after_measuring=self.release_gpu if release else None)
         wanted = {c["calibration"] for c in configs}
         frame = self.store.frame(self.session_id)
         if frame.empty:

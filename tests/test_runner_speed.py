@@ -144,3 +144,38 @@ def test_a_notebook_process_hands_its_result_back_and_ends_without_the_interpret
     name, error, wall_s = runner._execute_in_process(task, None)
     assert (name, error) == ("t", None) and wall_s > 0
     assert nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[-1].outputs[0]["text"] == "42\n"
+
+
+def test_a_sweep_gives_the_gpu_back_before_it_reads_its_frames_from_the_store(tmp_path):
+    """After its last point a notebook's sweep read the jobs and results through pandas (its first
+    import: 0.4-1.1 s) with the GPU lock still held; now the next notebook measures meanwhile."""
+    code = textwrap.dedent(f"""
+        import json, sys
+        from calib.calibration import Calibration
+
+        cal = Calibration("occupancy", backend="sim", output_dir={str(tmp_path / "out")!r},
+                          db="sqlite:///{tmp_path / 'r.sqlite'}", progress=False)
+
+        class Lock:
+            held = False
+            def acquire(self):
+                self.held = True
+            def release(self):
+                self.held = False
+
+        cal._gpu_lock = Lock()
+        seen = []
+        for name in ("jobs_frame", "frame"):
+            def spy(*a, _name=name, _orig=getattr(cal.store, name), **k):
+                seen.append([_name, cal._gpu_lock.held, "pandas" in sys.modules])
+                return _orig(*a, **k)
+            setattr(cal.store, name, spy)
+        data = cal.measure("quick")
+        print(json.dumps({{"seen": seen, "rows": len(data), "held": cal._gpu_lock.held}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rows"] > 0 and not got["held"]
+    assert got["seen"] and all(not held for _, held, _ in got["seen"]), got["seen"]
+    assert got["seen"][0][2] is False  # pandas was first imported after the GPU was given back
