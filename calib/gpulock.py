@@ -148,9 +148,10 @@ class GpuQueue:
         return sorted(out)
 
     # A step of `meanwhile` starts only while at least this many live waiters are ahead: each of them
-    # measures before this one does (0.7-5.3 s each in an H200 quick suite, 2026-12-01), so a step
-    # shorter than two measurements never keeps the GPU waiting for this notebook.
-    MEANWHILE_AHEAD = 2
+    # holds the GPU before this one does, 0.30-4.9 s from its first point to its last in the H200
+    # quick suite of 2026-12-01 (quick #2, the jobs' timestamps; three in a row at least 1.4 s), so
+    # a step shorter than three measurements (an import: at most 1 s there) keeps no GPU waiting.
+    MEANWHILE_AHEAD = 3
 
     def wait(self, timeout_s: float = 600.0, *, meanwhile=()) -> None:
         """Queue, then return when no live waiter is ahead (or after ``timeout_s``). ``meanwhile``:

@@ -150,10 +150,10 @@ def test_the_gpu_queue_lets_the_longest_tail_go_first_and_passes_a_dead_waiter(t
     assert occupancy.ahead() == []  # a dead waiter and an unreadable entry hold nobody back
 
 
-def test_a_waiter_does_its_steps_only_while_two_live_waiters_are_ahead_and_goes_as_soon_as_none_is(tmp_path):
-    """The steps (a notebook's fit and plot imports) run while at least two waiters are ahead,
-    so the GPU never waits for them; with one ahead it only waits, and once none is ahead it
-    goes, steps left undone."""
+def test_a_waiter_does_its_steps_only_while_enough_live_waiters_are_ahead_and_goes_as_soon_as_none_is(tmp_path):
+    """The steps (a notebook's fit and plot imports) run while at least MEANWHILE_AHEAD waiters
+    are ahead, so the GPU never waits for them; with fewer ahead it only waits, and once none is
+    ahead it goes, steps left undone."""
     import json
     import os
     import threading
@@ -161,11 +161,9 @@ def test_a_waiter_does_its_steps_only_while_two_live_waiters_are_ahead_and_goes_
 
     from calib.gpulock import GpuQueue
 
-    def queued(name, tail_s):
-        (tmp_path / f"{name}.queued").write_text(json.dumps({"tail_s": tail_s, "pid": os.getpid()}))
-
-    queued("memory_bandwidth", 6.3)
-    queued("matmul_throughput", 5.7)
+    ahead = [f"waiter{i}" for i in range(GpuQueue.MEANWHILE_AHEAD)]
+    for i, name in enumerate(ahead):  # longer tails than this one's: all go first
+        (tmp_path / f"{name}.queued").write_text(json.dumps({"tail_s": 9.0 - i, "pid": os.getpid()}))
     me = GpuQueue(tmp_path, "occupancy", 3.0)
     done, ahead_seen = [], []
 
@@ -174,14 +172,15 @@ def test_a_waiter_does_its_steps_only_while_two_live_waiters_are_ahead_and_goes_
             ahead_seen.append(len(me.ahead()))
             done.append(name)
             if name == "first":
-                (tmp_path / "memory_bandwidth.queued").unlink()  # took the lock: one is left ahead
+                (tmp_path / f"{ahead[0]}.queued").unlink()  # took the lock: one fewer ahead
         return run
 
     waiter = threading.Thread(target=me.wait, kwargs={"timeout_s": 30,
                                                       "meanwhile": [step("first"), step("second")]})
     waiter.start()
     time.sleep(0.3)
-    assert done == ["first"] and ahead_seen == [2] and waiter.is_alive()  # one ahead: it waits, steps aside
-    (tmp_path / "matmul_throughput.queued").unlink()
+    assert done == ["first"] and ahead_seen == [len(ahead)] and waiter.is_alive()  # too few: it waits, steps aside
+    for name in ahead[1:]:
+        (tmp_path / f"{name}.queued").unlink()
     waiter.join(timeout=10)
     assert not waiter.is_alive() and done == ["first"]

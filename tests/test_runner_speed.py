@@ -47,9 +47,10 @@ def test_a_fit_imports_the_estimators_and_not_statsmodels_api():
     assert not {"statsmodels.api", "statsmodels.formula.api", "statsmodels.tsa.api"} & imported
 
 
-def test_a_notebook_queued_behind_two_imports_its_fit_and_plot_stack_before_it_takes_the_gpu(tmp_path):
-    """Calibration._take_gpu queues with the warm-up steps: with two live waiters ahead, every
-    module of WARM_UP_MODULES is imported before the lock is taken."""
+def test_a_notebook_queued_behind_others_imports_its_fit_and_plot_stack_before_it_takes_the_gpu(tmp_path):
+    """Calibration._take_gpu queues with the warm-up steps: with enough live waiters ahead
+    (GpuQueue.MEANWHILE_AHEAD), every module of WARM_UP_MODULES is imported before the lock is
+    taken."""
     code = textwrap.dedent(f"""
         import json, os, sys, threading, time
         from pathlib import Path
@@ -67,11 +68,12 @@ def test_a_notebook_queued_behind_two_imports_its_fit_and_plot_stack_before_it_t
                 self.modules = [m for m in WARM_UP_MODULES if m in sys.modules]
 
         cal._gpu_lock = Lock()
-        for name, tail_s in (("memory_bandwidth", 99.0), ("matmul_throughput", 98.0)):  # alive: this pid
-            (folder / f"{{name}}.queued").write_text(json.dumps({{"tail_s": tail_s, "pid": os.getpid()}}))
+        from calib.gpulock import GpuQueue
+        for i in range(GpuQueue.MEANWHILE_AHEAD):  # longer tails, alive (this pid): they go first
+            (folder / f"waiter{{i}}.queued").write_text(json.dumps({{"tail_s": 99.0 - i, "pid": os.getpid()}}))
         before = [m for m in WARM_UP_MODULES if m in sys.modules]
 
-        def measured_in_turn():  # the two ahead take the GPU once the steps are done (or after 60 s)
+        def measured_in_turn():  # those ahead take the GPU once the steps are done (or after 60 s)
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not all(m in sys.modules for m in WARM_UP_MODULES):
                 time.sleep(0.05)
