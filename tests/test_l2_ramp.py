@@ -1,7 +1,7 @@
 """The L2 ramp's model (``calib.calibrations.cache_hierarchy``) against an H200's recorded sweeps
-(2026-12-01: the 96- and 160-point grids with 2 GiB and 1 GiB launches alternating, copied from the
-run folders' parquet files), the plan's grids with that sweep's model and scatter planted, and the
-simulated device's cost per launch."""
+(2026-12-01, copied from the run folders' parquet files: session 2's quick #2 of call 2, 128 working
+sets to 8x L2, and the full suite of call 3 on another host, 192; the earlier 96- and 160-point grids
+to 4x L2), the plan's grids with the recorded model and scatter planted, and the simulated device."""
 
 import warnings
 from pathlib import Path
@@ -17,6 +17,7 @@ from calib.sweep import frame_from
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H200_L2 = 62914560
+H200_MEMORY = 150_000_000_000
 
 
 def _pm(rec):
@@ -24,79 +25,120 @@ def _pm(rec):
     return (hi - lo) / 2 / rec["value"]
 
 
-def _l2_sweep(suite):
-    return pd.read_csv(FIXTURES / f"h200_l2_{suite}_2026-12-01.csv")
+def _l2_sweep(name):
+    return pd.read_csv(FIXTURES / f"h200_l2_{name}_2026-12-01{'-s2' if name.endswith(('128', '192')) else ''}.csv")
 
 
-@pytest.mark.parametrize("suite", ["quick96", "full160"])
-def test_the_l2_ramp_on_the_recorded_h200_sweeps(suite):
-    """The steady-state hinge with a cost per launch: the ramp from 44 to about 193 MB in both suites
-    (the hinge alone bent near 121 MB, where the 1 GiB launches' extra cost fades), a cost per launch
-    of about 31 us, and the residuals' alternation with the bytes per launch halved. The recorded grids
-    have two to five working sets past 2.5x L2, where the end lies: ±9-10%, not ±5% (the plan's grids
-    are the next test's)."""
-    result = calibrations.fit(l2.ID, _l2_sweep(suite))
+def _lag_corr(h, lag):
+    z = h.resid[h.working_set]
+    return float(np.corrcoef(z[:-lag], z[lag:])[0, 1])
+
+
+@pytest.mark.parametrize("name", ["quick128", "full192"])
+def test_the_l2_ramp_on_the_recorded_h200_sweeps(name):
+    """The smooth approach to DRAM: the first misses near 39-42 MB, the steady state leaving L2 near
+    60 MB, 90% of its reads from DRAM near 260-270 MB, and a DRAM rate within 2% of the DRAM read the
+    same runs measured (4625 and 4629 GB/s; the straight ramp's plateau was 4729-4748, still partly
+    L2). The residuals of a launch length hardly correlate between neighbours (0.11 and 0.24; 0.54
+    and 0.66 under the straight ramp). These grids end at 8x L2 with two or three points past 6x: the
+    end is not located to ±5% from them, and its CI says so (±14% and ±22%)."""
+    result = calibrations.fit(l2.ID, _l2_sweep(name))
     cap, end = result.records[l2.CAPACITY], result.records[l2.RAMP_END]
-    assert 42e6 < cap["value"] < 46e6 and _pm(cap) < 0.045, (cap["value"], _pm(cap))
-    assert 185e6 < end["value"] < 200e6 and _pm(end) < 0.11, (end["value"], _pm(end))
+    assert 37e6 < cap["value"] < 44e6 and _pm(cap) < 0.07, (cap["value"], _pm(cap))
+    assert 245e6 < end["value"] < 290e6 and 0.08 < _pm(end) < 0.3, (end["value"], _pm(end))
     d = end["diagnostics"]
-    assert 25 < d["transient_us"] < 40 and 75e6 < d["transient_peak_bytes"] < 110e6, d
-    assert 0.06 < d["scatter_octaves"] < 0.12, d
-    assert 4800 < d["dram_plateau_gbps"] < 5100, d  # DRAM read measured 4707-4710 GB/s in the same calls
-    h = result.models["hinge"]
-    rel = (h.t_us - h.fitted_us) / h.fitted_us
-    gib = np.round(h.bytes / 2**30)
-    steep = h.working_set & (h.w > 48e6) & (h.w < 90e6)
-    alternation = rel[steep & (gib == 1)].mean() - rel[steep & (gib == 2)].mean()
-    assert 0 < alternation < 0.04, alternation  # the hinge alone: 6.6-7.5%
+    assert 55e6 < d["steady_start_bytes"] < 70e6 and 1.5 < d["approach_power"] < 4, d
+    assert 35 < d["transient_us"] < 55 and 70e6 < d["transient_peak_bytes"] < 90e6, d
+    assert abs(d["dram_plateau_gbps"] / 4627 - 1) < 0.02, d
+    assert d["end_ci_correlation_factor"] >= 1.0, d
+    assert _lag_corr(result.models["hinge"], 2) < 0.3
 
 
-def _planted(grid, hinge, rng):
-    """The recorded fit's model with its scatter between working sets planted: a relative floor and a
-    jitter of the working set (times the local slope), plus 0.1% of the points' own noise."""
+@pytest.mark.parametrize("name", ["quick96", "full160"])
+def test_a_grid_that_stops_at_four_l2_sizes_leaves_the_end_flagged(name):
+    """The earlier 4x L2 grids stop before the approach to DRAM: the fit puts the end near 170 MB and a
+    DRAM rate 4-7% above the DRAM read, and the record says the approach is not measured."""
+    end = calibrations.fit(l2.ID, _l2_sweep(name)).records[l2.RAMP_END]
+    assert any("approach to DRAM is not measured" in f for f in end["flags"]), end["flags"]
+
+
+def _planted(grid, hinge, rng, rho=0.0):
+    """The recorded fit's model with its scatter between working sets planted: relative floors for the
+    reads L2 and DRAM serve and a jitter of the working set (times the local slope), plus 0.13% of the
+    points' own noise (six samples); with ``rho``, the scatter of neighbours of a launch length (two
+    apart in size order) correlates as an AR(1) along every other working set."""
     w, b = grid.working_set_bytes.to_numpy(float), l2.bytes_read(grid)
-    x = np.log2(w)
-    t = l2._model((x, b), *hinge.params)
-    slope = (l2._model((x + 1e-4, b), *hinge.params) - l2._model((x - 1e-4, b), *hinge.params)) / 2e-4
+    x, p = np.log2(w), hinge.params
+    t = l2._model((x, b), *p)
+    slope = (l2._model((x + 1e-4, b), *p) - l2._model((x - 1e-4, b), *p)) / 2e-4
     ws = (grid.series == "working_set").to_numpy()
-    z = rng.standard_normal((3, len(t)))
-    noisy = t * (1 + hinge.scatter[0] * ws * z[0] + 1e-3 * z[2]) + hinge.scatter[1] * slope * z[1]
-    return grid.assign(time_us=noisy, n_samples=10, se_us=t * 1e-3)
+    m = l2.dram_share(x, p[3] + p[4], p[5], p[6])
+    z = rng.standard_normal((4, len(t)))
+    order = np.argsort(w, kind="stable")
+    for a, c in zip(order[2:], order[:-2]):
+        z[:3, a] = rho * z[:3, c] + np.sqrt(1 - rho**2) * z[:3, a]
+    rel = ws * (hinge.scatter[0] * (1 - m) * z[0] + hinge.scatter[1] * m * z[1])
+    noisy = t * (1 + rel + 1.3e-3 * z[3]) + hinge.scatter[2] * slope * z[2]
+    return grid.assign(time_us=noisy, n_samples=l2.WORKING_SET_SAMPLES, se_us=t * 1.3e-3)
 
 
-@pytest.mark.parametrize("suite", ["quick", "full"])
-def test_the_l2_plan_locates_the_ramp_end_within_five_percent_at_the_h200_scatter(suite):
-    """The recorded full sweep's fit and scatter planted over the plan's grids (L2/4 to 8x L2, dense
-    from 0.7x to 6x, 4 GiB and 1 GiB launches): the ramp's end within ±5% (30 draws: median ±4.5% and
-    ±3.7%, 90th percentile ±5.0% and ±3.9%; the recorded grids: ±11% and ±8.6%), its start within
-    ±4%, and the planted values inside their CIs."""
-    hinge = calibrations.fit(l2.ID, _l2_sweep("full160")).models["hinge"]
-    grid = pd.DataFrame(l2.plan(suite, l2_bytes=H200_L2))
+@pytest.mark.parametrize("suite, bound", [("quick", 0.045), ("full", 0.032)])
+def test_the_l2_plan_locates_the_ramp_end_at_the_h200_scatter(suite, bound):
+    """The recorded full sweep's fit and scatter planted over the plan's grids (L2/4 to 16x L2, dense
+    from 0.7x, 4 GiB and 1 GiB launches): the ramp's end within ±4.5% (quick) and ±3.2% (full) in the
+    median of six draws (30 draws: ±4.1% and ±2.8%, 90th percentile ±4.7% and ±3.0%), the capacity
+    within ±6%, and the planted values inside their CIs."""
+    hinge = calibrations.fit(l2.ID, _l2_sweep("full192")).models["hinge"]
+    grid = pd.DataFrame(l2.plan(suite, l2_bytes=H200_L2, memory_bytes=H200_MEMORY))
     ends, starts, covered = [], [], 0
-    for seed in range(6):
-        result = l2.fit(_planted(grid, hinge, np.random.default_rng(seed)))
-        end, cap = result.records[l2.RAMP_END], result.records[l2.CAPACITY]
-        ends.append(_pm(end))
-        starts.append(_pm(cap))
-        covered += (end["ci95"][0] <= 2**hinge.x2 <= end["ci95"][1]) + (cap["ci95"][0] <= 2**hinge.x1 <= cap["ci95"][1])
-    assert np.median(ends) < 0.05 and np.median(starts) < 0.04, (ends, starts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in range(6):
+            result = l2.fit(_planted(grid, hinge, np.random.default_rng(seed)).assign(calibration=l2.ID))
+            end, cap = result.records[l2.RAMP_END], result.records[l2.CAPACITY]
+            ends.append(_pm(end))
+            starts.append(_pm(cap))
+            covered += end["ci95"][0] <= 2**hinge.x2 <= end["ci95"][1]
+            covered += cap["ci95"][0] <= 2**hinge.x1 <= cap["ci95"][1]
+    assert np.median(ends) < bound and np.median(starts) < 0.06, (ends, starts)
     assert covered >= 10, covered
 
 
-def test_the_plan_alternates_long_and_short_launches_and_reaches_the_dram_plateau():
-    grid = pd.DataFrame(l2.plan("quick", l2_bytes=H200_L2))
+def test_the_ci_widens_where_neighbouring_residuals_correlate():
+    """The same planted scatter, once independent and once correlated between neighbours of a launch
+    length (0.4 two points apart): the end's CI widens by the correlation factor, which stays near 1 for
+    independent scatter."""
+    hinge = calibrations.fit(l2.ID, _l2_sweep("full192")).models["hinge"]
+    grid = pd.DataFrame(l2.plan("quick", l2_bytes=H200_L2, memory_bytes=H200_MEMORY))
+    factors = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for rho in (0.0, 0.4):
+            out = []
+            for seed in range(4):
+                frame = _planted(grid, hinge, np.random.default_rng(100 + seed), rho)
+                out.append(l2.fit(frame.assign(calibration=l2.ID)).records[l2.RAMP_END]["diagnostics"]
+                           ["end_ci_correlation_factor"])
+            factors[rho] = np.median(out)
+    assert factors[0.0] < 1.1 and factors[0.4] > factors[0.0] + 0.05, factors
+
+
+def test_the_plan_alternates_long_and_short_launches_and_reaches_dram():
+    grid = pd.DataFrame(l2.plan("quick", l2_bytes=H200_L2, memory_bytes=H200_MEMORY))
     ws = grid[grid.series == "working_set"]
-    assert len(ws) == l2.SUITES["quick"] and ws.working_set_bytes.max() >= 7.9 * H200_L2
+    assert len(ws) >= l2.SUITES["quick"] - 2 and ws.working_set_bytes.max() >= 15.9 * H200_L2
     gib = (ws.working_set_bytes * ws.passes / 2**30).to_numpy()
     long, short = gib[::2], gib[1::2]
     assert np.all(long > 3.5) and np.all(short < 1.6) and np.all(short > 0.5)
-    dense = ws[(ws.working_set_bytes > 0.7 * H200_L2) & (ws.working_set_bytes < 6 * H200_L2)]
+    dense = ws[ws.working_set_bytes > 0.7 * H200_L2]
     assert len(dense) >= 0.85 * len(ws)
+    small = pd.DataFrame(l2.plan("quick", l2_bytes=H200_L2, memory_bytes=2 * 2**30))
+    assert small.working_set_bytes.max() <= 2**30 / 4  # an eighth of a small device's memory
 
 
 def test_the_simulated_device_has_the_cost_per_launch_and_the_fit_finds_it():
     b = SimBackend(seed=3)
-    configs = l2.plan("quick", l2_bytes=b.l2_bytes)
+    configs = l2.plan("quick", l2_bytes=b.l2_bytes, memory_bytes=b.memory_bytes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = calibrations.fit(l2.ID, frame_from(configs, b.measure(configs)))
@@ -105,6 +147,7 @@ def test_the_simulated_device_has_the_cost_per_launch_and_the_fit_finds_it():
     peak = truth[l2.TRANSIENT_PASSES] * truth[l2.CAPACITY] / (truth[l2.DRAM_READ] * 1e3)
     assert abs(d["transient_us"] / peak - 1) < 0.2, (d["transient_us"], peak)
     assert abs(d["transient_width_octaves"] / truth[l2.TRANSIENT_WIDTH] - 1) < 0.2, d
+    assert abs(d["approach_power"] / truth[l2.APPROACH] - 1) < 0.2, d
     for name in (l2.CAPACITY, l2.RAMP_END):
         lo, hi = result.records[name]["ci95"]
         assert lo < truth[name] < hi, (name, lo, truth[name], hi)

@@ -1,40 +1,47 @@
 """The L2: its read bandwidth and its effective capacity, from one working-set sweep.
 
 A kernel reads a buffer of W bytes over and over (``passes`` times, through L2 but not L1), for W
-on a log-spaced grid from L2/4 to 8×L2, dense across the ramp. While W fits, every pass is served
-by L2; well past it, by DRAM; on Hopper the change is a ramp, not a step. The time model is
+on a log-spaced grid from L2/4 to 16×L2, dense from 0.7×L2 on. While W fits, every pass is served
+by L2; well past it, by DRAM; on Hopper the change is a long, smooth ramp. The time model is
 
     t = t0 + bytes * c(log2 W) + L(log2 W)
 
-- ``c`` is the steady state's cost per byte: c_l2 below x1, c_dram above x2, linear in log2 W
-  between. ``memory.l2.capacity_bytes`` is x1 (the largest working set fully served by L2),
-  ``memory.l2.capacity_bytes.ramp_end`` is x2 (past it DRAM serves the reads).
+- ``c`` is the steady state's cost per byte, c_l2 + (c_dram - c_l2)·m: the share m of the reads that
+  DRAM serves is 0 up to xs, then 1 - (1 - u)^p with u = (log2 W - xs) / length, reaching 1 at
+  xs + length with zero slope (p > 1: no corner). ``memory.l2.capacity_bytes`` is x1 (the largest
+  working set fully served by L2: where the cost per launch starts), ``memory.l2.capacity_bytes.ramp_end``
+  the working set at which DRAM serves END_SHARE (90%) of the steady state's reads.
 - ``L`` is a cost per launch that a working set in the ramp pays on top: zero up to x1, rising to a
-  peak ``transient_us`` at x1 + 3·``transient_width`` and fading past it,
-  L = A·(u/3)³·e^(3-u) with u = (log2 W - x1)/width. The launches alternate between 4 GiB and
-  1 GiB read, so that this cost per launch and the cost per byte are told apart.
+  peak ``transient_us`` at x1 + 2·``transient_width`` and fading past it, L = A·(u/2)²·e^(2-u) with
+  u = (log2 W - x1)/width. The steady state leaves L2 later than that, at xs = x1 + delay. The
+  launches alternate between 4 GiB and 1 GiB read, so that this cost per launch and the cost per byte
+  are told apart.
 
-Why the per-launch term (H200, 2026-12-01, calls 3 and 5 on two hosts: six quick and two full runs of
-the 96/160-point grids with 2 GiB and 1 GiB launches alternating): the hinge alone left residuals
-that alternated with the bytes per launch. In 48–90 MB the 1 GiB points sat 6.6–7.5% above the 2 GiB
-points relative to the fitted line (single points up to 12%), about 50× their own noise. Pairs of
-neighbours solve to a cost per launch of 20–55 µs (2–4 DRAM passes over W) and a steady state that
-is linear in log W from about 44 to 190 MB; without the term the mixed launches bent the fitted line
-near 121 MB, which is where ``ramp_end`` was reported (±5.3–8.3%). Fitted with the term, all eight
-runs agree: start 43.3–44.2 MB, end 192.6–195.3 MB, a cost per launch of 30–31 µs peaking near
-92 MB, width 0.35–0.37 octaves; the alternation left is 2.7–3.7%.
+Why this shape (H200, 2026-12-01, session 2: three quick runs of 128 working sets and a full run of 192
+on one host, a full run on another, the grid to 8×L2). Neighbouring pairs of launches solve to a
+steady state that stays at L2's rate to about 60 MB while the 1 GiB launches pay 13-26 µs more from
+45 MB, and that falls towards DRAM ever more slowly: 6470 GB/s at 100 MB, 5030 at 208, 4750 at 300,
+4640 at 490, where the DRAM read alone is 4625. A steady state linear in log W from the capacity, with a
+corner into a flat plateau (the model before), left residuals that correlated between neighbours of a
+launch length (0.54-0.66) and a corner that moved with the grid's top: 220, 241, 258 and 262 MB for a
+grid to 4, 5, 6 and 8×L2 in the same full run, four times its own CI (±4.5%) apart; its plateau,
+4729-4748 GB/s, was still partly served by L2. This model fits those runs better (log-likelihood -265 against -323 in
+quick #2, -481 against -604 in the second full run, two parameters more), its residuals correlate
+0.09-0.27, and its DRAM rate is 4558-4627 GB/s. A share has to be named where there is no corner;
+at 90% the recorded runs give 259-281 MB, but with ±14-22% (the grid past 6×L2 had two or three
+points), so the plan goes to 16×L2: with the recorded runs' fits and scatter planted, 128 working
+sets give the end ±3.7-4.1% (90th percentile ±4.1-4.7%) and 256 give ±2.5-2.8%; see SUITES.
 
 The residuals that remain are scatter between working sets a few hundred kB apart (reproducible:
 r = 0.98 between runs on the two hosts), largest where the ramp is steep. The fit's weights come from
-a variance function, var = se² + (a·t)² + (b·∂t/∂log2 W)²: a relative floor (1.2–2% on the H200)
-and a jitter of the working set (0.08–0.09 octaves), fitted by maximum likelihood to the residuals
-of a first fit with equal relative weights; the weighted fit is then refitted from there, twice, and
-its Wald CIs (scale re-estimated) are the records'. The recorded grids ended at 4×L2 with two to five
-points past 2.5×L2, where this model puts the ramp's end: refitted, they give the end ±8.3–10.1%.
-The plan puts the end inside a dense grid and measures the DRAM plateau to 8×L2: with the recorded
-full run's model and scatter planted, 128 and 192 working sets give the end ±4.5% and ±3.7% (median
-of 30 draws; 90th percentile ±5.0% and ±3.9%) and the start ±3.3% and ±2.7%. Each working-set point
-takes one batch of ten samples: their own noise (0.1–0.3%) is a small part of that scatter.
+a variance function, var = se² + (a_l2·(1-m)·t)² + (a_dram·m·t)² + (b·∂t/∂log2 W)²: relative floors
+for the reads L2 and DRAM serve (2.2-2.9% and 0.4-0.7% on the H200) and a jitter of the working set
+(0.05-0.07 octaves), fitted by maximum likelihood to the residuals of a first fit with equal relative
+weights; the weighted fit is then refitted from there, twice. The CIs are Wald's (scale re-estimated)
+widened by what the correlation between neighbouring working sets adds (one correlation per lag, up to
+four, from the residuals; see ``_sandwich_covs``): with planted truth and independent scatter they
+cover 0.96 (the end) and 0.93 (the capacity); with a planted correlation of 0.25 between neighbours
+of a launch length 0.89 and 0.87, where ignoring it covers 0.84 and 0.83.
 
 ``memory.l2.read_bandwidth_gbps`` comes from a second, short series at one working set well inside
 L2 (a quarter of the reported size) with the bytes per launch varied from 0.25 to 4 GiB: a straight
@@ -57,27 +64,28 @@ np = lazy("numpy")
 
 ID = __name__.rsplit(".", 1)[-1]
 TITLE = "The L2: capacity and read bandwidth"
-INTRO = """Reads one working set W over and over through L2 (not L1), for W on a log grid from L2/4 to 8×L2,
-most of the points between 0.7× and 6× the reported size, and fits the times with two parts: a steady
-state whose cost per byte is the L2's below the ramp's start, DRAM's past its end and linear in log W
-between, and a cost per launch that working sets inside the ramp pay on top (on an H200 about 31 µs
-at its peak near 92 MB, 1.5× the L2 size: a launch of a few passes over such a set runs slower per
-byte than a long one, which made the ramp look as if it ended at 121 MB when launches of 1 and 2 GiB
-were fitted with one line). The launches alternate between 4 GiB and 1 GiB read, which tells the two
-apart. `memory.l2.capacity_bytes` is where the ramp starts (the largest working set fully
-served by L2) and `memory.l2.capacity_bytes.ramp_end` where the steady state reaches DRAM, with Wald
-CIs from a weighted fit whose weights follow the scatter between neighbouring working sets (working
-sets a few hundred kB apart differ by several % inside the ramp, reproducibly: a jitter of the working
-set of about 0.09 octaves on an H200, fitted with the rest). A second series at one working set well
-inside L2 varies the bytes per launch; its line `t = t0 + bytes / bandwidth` gives
-`memory.l2.read_bandwidth_gbps`."""
+INTRO = """Reads one working set W over and over through L2 (not L1), for W on a log grid from L2/4 to 16×L2,
+most of the points from 0.7× the reported size on, and fits the times with two parts: a steady state
+whose cost per byte is the L2's until it starts to leave L2 and then approaches DRAM's smoothly (the
+share of reads DRAM serves rises as 1 - (1 - u)^p, with no corner: on an H200 it starts near 60 MB,
+passes 90% near 265 MB and reaches DRAM's 4.6 TB/s past 500 MB), and a cost per launch that working
+sets inside the ramp pay on top (on an H200 about 40-49 µs at its peak near 80 MB: a launch of a few
+passes over such a set runs slower per byte than a long one). The launches alternate between 4 GiB
+and 1 GiB read, which tells the two apart. `memory.l2.capacity_bytes` is where the first misses start
+(the largest working set fully served by L2) and `memory.l2.capacity_bytes.ramp_end` where DRAM serves
+90% of the steady state's reads. Their CIs come from a weighted fit whose weights follow the scatter
+between neighbouring working sets (a few hundred kB apart they differ by several % inside the ramp,
+reproducibly), widened by the correlation that neighbours' residuals still show. A second series at
+one working set well inside L2 varies the bytes per launch; its line `t = t0 + bytes / bandwidth`
+gives `memory.l2.read_bandwidth_gbps`."""
 READING = """A heuristic that tiles for L2 keeps its reused working set under `memory.l2.capacity_bytes`, not
-under the L2 size the device reports: past the ramp's start some of the data comes from DRAM
-again, a share that grows linearly in log W up to `memory.l2.capacity_bytes.ramp_end` in a kernel
-that re-reads its set many times. A launch that re-reads a set inside the ramp only a few times pays
-the cost per launch on top (`transient_us` at `transient_peak_bytes` in the diagnostics). The DRAM
-plateau the fit finds is in the diagnostics too (`dram_plateau_gbps`), a cross-check on
-`memory.dram.read_bandwidth_gbps`."""
+under the L2 size the device reports: past it some of the data comes from DRAM again, a share that
+grows with log W, fastest at first, to 90% at `memory.l2.capacity_bytes.ramp_end` in a kernel that
+re-reads its set many times (a straight line in log W between the two is a fair summary; the fitted
+curve's start and power are in the diagnostics, `steady_start_bytes` and `approach_power`). A launch
+that re-reads a set inside the ramp only a few times pays the cost per launch on top (`transient_us`
+at `transient_peak_bytes`). The DRAM rate the fit finds is in the diagnostics too
+(`dram_plateau_gbps`), a cross-check on `memory.dram.read_bandwidth_gbps`."""
 THREADS = 256
 CAPACITY = "memory.l2.capacity_bytes"
 RAMP_END = "memory.l2.capacity_bytes.ramp_end"
@@ -88,34 +96,63 @@ PARAMETERS = (Param("memory.l2.read_bandwidth_gbps", "GB/s", "L2-resident read, 
               Param("memory.l2.capacity_bytes.ramp_end", "bytes", "working set past which DRAM serves the reads"))
 TRANSIENT_PASSES = "sim.cache_hierarchy.transient_passes"
 TRANSIENT_WIDTH = "sim.cache_hierarchy.transient_width"
-# The simulated device's cost per launch: at its peak, this many DRAM passes over a capacity-sized set
-# (3.3 on the H200, 2026-12-01: 31 us at 44 MB and 4.7 TB/s), over this width in octaves (0.36).
-SIM_DEFAULTS = {"sim.cache_hierarchy.fixed_us": 5.0, TRANSIENT_PASSES: 3.3, TRANSIENT_WIDTH: 0.36}
+STEADY_DELAY = "sim.cache_hierarchy.steady_delay_octaves"
+APPROACH = "sim.cache_hierarchy.approach_power"
+# The simulated device's cost per launch: at its peak, this many DRAM passes over a capacity-sized set,
+# over this width in octaves; its steady state leaves L2 this many octaves past the capacity and
+# approaches DRAM with this power. Session 2's three quick and two full H200 runs (2026-12-01) fitted with
+# this model: 4.7-5.3 passes (40-49 us at 39-42 MB and 4.6 TB/s), width 0.44-0.51, delay 0.59-0.66,
+# power 2.3-3.6 (2.5 in the quick suites' 128 working sets).
+SIM_DEFAULTS = {"sim.cache_hierarchy.fixed_us": 5.0, TRANSIENT_PASSES: 4.9, TRANSIENT_WIDTH: 0.49,
+                STEADY_DELAY: 0.62, APPROACH: 2.5}
 # Bytes read per launch, alternating: a long launch keeps the cost per launch a small share of the time,
 # and a ratio of four between the two tells it from the cost per byte (2 and 1 GiB: ±6.1% on the ramp's
-# end where 4 and 1 GiB give ±5.3%, 96 working sets with the H200's scatter planted).
+# end where 4 and 1 GiB give ±5.3%, 96 working sets with the H200's scatter planted, 2026-12-01).
 BYTES_PER_LAUNCH = (4 * 2**30, 2**30)
-# Working sets per suite (H200, 2026-12-01: the recorded scatter and model planted over these grids give
-# the ramp's end ±4.5% and ±3.7%, its start ±3.3% and ±2.7%). About 6 ms of GPU time each.
-SUITES = {"quick": 128, "full": 192}
-GRID = (0.25, 8.0)       # the grid's ends, in units of the reported L2 size
-DENSE = (0.7, 6.0)       # the dense part of the grid: the ramp (44 to 190 MB on an H200) and both sides
+# Working sets per suite. With the fits and scatter of session 2's runs planted (quick #2 and the second
+# full run, 30 draws each, six samples a point), the ramp's end comes out ±3.7% and ±4.1% (90th
+# percentile ±4.1%, ±4.7%) from 128 and ±2.5% and ±2.8% (±2.6%, ±3.0%) from 256; the capacity
+# ±5.1%/±4.4% and ±3.6%/±3.2%. The same 128 on the old grid's span (to 8×L2) give ±10-11%. About 17 ms
+# of wall time each in a quick suite (2026-12-01, session 2 call 2: 135 points in 2.34 s, 0.8 s of it
+# kernels).
+SUITES = {"quick": 128, "full": 256}
+GRID = (0.25, 16.0)      # the grid's ends, in units of the reported L2 size
+DENSE = (0.7, 16.0)      # the dense part of the grid: the ramp (60 MB to past 500 MB on an H200) and DRAM
 DENSE_SHARE = 0.85       # the share of the points there
-# Samples per working-set point: their own noise (0.1-0.3%) is a small part of the scatter between
-# neighbouring working sets (1-8%), so one batch of ten does; the rest of the time buys working sets.
-WORKING_SET_SAMPLES = 10
+MAX_MEMORY_SHARE = 0.125  # the largest working set is at most this share of the device's memory
+# Samples per working-set point (after the backend's three warm-up launches): their own noise (an se of
+# 0.06-0.13% of the time with ten, H200 session 2) is small beside the scatter between neighbouring
+# working sets (0.4-0.7% where DRAM serves the reads, 2-3% where L2 does, and the jitter), so six do: the
+# end ±3.73% where ten give ±3.69% with the quick grid and quick #2's fit planted (own noise ×1.3), and
+# 9 launches a point instead of 13 (about 0.27 s of the quick suite's 0.86 s of kernels).
+WORKING_SET_SAMPLES = 6
 # Bytes per launch of the bandwidth series (GiB), at working set L2/4.
 BANDWIDTH_GIB = {"quick": (0.25, 0.5, 1, 1.5, 2, 3, 4), "full": (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 3.5, 4)}
-TRANSIENT_SHAPE = 3.0    # the cost per launch rises as u³ from the ramp's start, then fades as e^-u
+# The cost per launch rises as u² from the capacity, then fades as e^-u: u² fits session 2's five runs
+# better than u³ (log-likelihood -276 against -282 in quick #2, -501 against -504 in the second full run)
+# and puts the capacity at 39-43 MB where u³ put it at 34-38 MB, before the first 1 GiB launch that is
+# measurably slower (45 MB).
+TRANSIENT_SHAPE = 2.0
+# ``memory.l2.capacity_bytes.ramp_end`` is where DRAM serves this share of the steady state's reads: the
+# approach to DRAM is smooth (no corner), so the share at which the ramp "ends" has to be named.
+END_SHARE = 0.9
+# The share the grid's largest working set must reach for the approach to DRAM to count as measured.
+TOP_SHARE = 0.99
+# Lags (in working sets, ordered by size) over which the residuals' correlation enters the CIs: the
+# launches alternate, so a point's nearest neighbour of its own launch length is two away; four reach
+# the second one (session 2: lag-2 correlation 0.54-0.66 under the straight ramp, 0.0-0.2 under this one).
+HAC_LAGS = 4
 
 
-def plan(suite: str, *, l2_bytes: int, **_) -> list[dict]:
-    """Working sets from L2/4 to 8×L2, most of them between 0.7× and 6× the reported size, where the
-    ramp and the DRAM plateau past it lie (an H200 reporting 60 MiB ramped from about 44 to 190 MB,
-    2026-12-01); the bytes per launch alternate between 4 GiB and 1 GiB."""
+def plan(suite: str, *, l2_bytes: int, memory_bytes: int | None = None, **_) -> list[dict]:
+    """Working sets from L2/4 to 16×L2, most of them between 0.7× and 16× the reported size, where the
+    ramp and its slow approach to DRAM lie (an H200 reporting 60 MiB leaves L2 at about 40 MB and
+    reaches DRAM's rate past 500 MB, 2026-12-01); the bytes per launch alternate between 4 GiB and 1 GiB.
+    On a device with little memory the grid stops at an eighth of it."""
     n = SUITES[suite]
-    lo, hi = math.log2(GRID[0] * l2_bytes), math.log2(GRID[1] * l2_bytes)
-    dense_lo, dense_hi = math.log2(DENSE[0] * l2_bytes), math.log2(DENSE[1] * l2_bytes)
+    top = GRID[1] * l2_bytes if not memory_bytes else min(GRID[1] * l2_bytes, MAX_MEMORY_SHARE * memory_bytes)
+    lo, hi = math.log2(GRID[0] * l2_bytes), math.log2(top)
+    dense_lo, dense_hi = math.log2(DENSE[0] * l2_bytes), min(math.log2(DENSE[1] * l2_bytes), hi)
     n_dense = int(n * DENSE_SHARE)
     grid = np.concatenate([np.linspace(lo, hi, n - n_dense), np.linspace(dense_lo, dense_hi, n_dense)])
     sizes = sorted({int(round(2**x / 4096)) * 4096 for x in grid})
@@ -141,49 +178,65 @@ def bytes_read(config_or_frame):
                                                                                        dtype=float)
 
 
-def dram_share(log2_w, x1, x2):
-    """The steady state's share of the reads that DRAM serves: 0 up to x1, 1 from x2, linear in log2 W."""
-    return np.clip((np.asarray(log2_w, dtype=float) - x1) / max(x2 - x1, 1e-9), 0.0, 1.0)
+def dram_share(log2_w, xs, length, power):
+    """The steady state's share of the reads that DRAM serves: 0 up to xs, then 1 - (1 - u)^power with
+    u = (log2 W - xs) / length, 1 from xs + length (a smooth join for power > 1)."""
+    u = np.clip((np.asarray(log2_w, dtype=float) - xs) / max(length, 1e-9), 0.0, 1.0)
+    return 1.0 - (1.0 - u) ** power
 
 
-def cost_per_byte_us(log2_w, c_l2, c_dram, x1, x2):
-    return c_l2 + (c_dram - c_l2) * dram_share(log2_w, x1, x2)
+def share_at(share, xs, length, power):
+    """log2 W at which the steady state's DRAM share reaches ``share``."""
+    return xs + length * (1.0 - (1.0 - share) ** (1.0 / power))
+
+
+def cost_per_byte_us(log2_w, c_l2, c_dram, xs, length, power):
+    return c_l2 + (c_dram - c_l2) * dram_share(log2_w, xs, length, power)
 
 
 def transient_us(log2_w, x1, peak_us, width):
-    """The cost per launch: 0 up to x1, ``peak_us`` at x1 + 3·width (octaves), fading past it."""
+    """The cost per launch: 0 up to x1, ``peak_us`` at x1 + k·width (octaves), fading past it."""
     u = np.maximum(np.asarray(log2_w, dtype=float) - x1, 0.0) / max(width, 1e-6)
     k = TRANSIENT_SHAPE
     return peak_us * (u / k) ** k * np.exp(k - u)
 
 
 def default_truth(base: dict | None = None) -> dict:
-    truth = {READ_BW: 9800.0, CAPACITY: 44e6, RAMP_END: 190e6, **SIM_DEFAULTS}
+    truth = {READ_BW: 9800.0, CAPACITY: 40e6, RAMP_END: 265e6, **SIM_DEFAULTS}
     truth.update({k: v for k, v in (base or {}).items() if k in truth})
     if truth[RAMP_END] <= truth[CAPACITY]:
         raise ValueError(f"{RAMP_END} must exceed {CAPACITY}")
     return truth
 
 
+def _steady_delay(truth: dict) -> float:
+    """The simulated steady state's delay past the capacity: the default, or half the way to the ramp's
+    end where a spec puts the end closer than that."""
+    return min(truth[STEADY_DELAY], 0.5 * math.log2(truth[RAMP_END] / truth[CAPACITY]))
+
+
 def true_time_us(frame, truth: dict) -> np.ndarray:
     x = np.log2(np.asarray(frame["working_set_bytes"], dtype=float))
     c_dram = 1 / (truth[DRAM_READ] * 1e3)
     x1 = math.log2(truth[CAPACITY])
-    c = cost_per_byte_us(x, 1 / (truth[READ_BW] * 1e3), c_dram, x1, math.log2(truth[RAMP_END]))
+    xs, power = x1 + _steady_delay(truth), truth[APPROACH]
+    length = (math.log2(truth[RAMP_END]) - xs) / (1 - (1 - END_SHARE) ** (1 / power))
+    c = cost_per_byte_us(x, 1 / (truth[READ_BW] * 1e3), c_dram, xs, length, power)
     peak_us = truth[TRANSIENT_PASSES] * truth[CAPACITY] * c_dram
     return truth["sim.cache_hierarchy.fixed_us"] + bytes_read(frame) * c + transient_us(x, x1, peak_us,
                                                                                           truth[TRANSIENT_WIDTH])
 
 
 class HingeFit:
-    """The fitted ramp (the steady-state hinge and the cost per launch), its covariance, the variance
-    function behind its weights, and what the plots and flags need."""
+    """The fitted ramp (the steady state's share of DRAM reads and the cost per launch), its covariance,
+    the variance function behind its weights, and what the plots and flags need."""
 
-    names = ("t0_us", "c_l2", "c_dram", "x1", "span", "transient_us", "transient_width")
+    names = ("t0_us", "c_l2", "c_dram", "x1", "delay", "length", "power", "transient_us", "transient_width")
 
-    def __init__(self, w, b, t, params, cov, dof, var, scatter, working_set):
+    def __init__(self, w, b, t, params, cov, dof, var, scatter, working_set, sandwiches=None):
         self.w, self.bytes, self.t_us = w, b, t
         self.params, self.cov, self.dof, self.var, self.scatter = params, cov, dof, var, scatter
+        self.sandwiches = sandwiches  # (points alone, with neighbours' correlation): see _sandwich_covs
         self.working_set = working_set
         self.se = np.sqrt(np.clip(np.diag(cov), 0, np.inf))
         self.fitted_us = _model((np.log2(w), b), *params)
@@ -193,56 +246,104 @@ class HingeFit:
 
     @property
     def x1(self) -> float:
+        """log2 of the capacity: where the first misses (the cost per launch) start."""
         return float(self.params[3])
 
     @property
-    def x2(self) -> float:
+    def x_steady(self) -> float:
+        """log2 W where the steady state starts to leave L2."""
         return float(self.params[3] + self.params[4])
 
-    def ci_log2(self, which: str):
-        """95% CI of x1 or x2 (log2 bytes): x2 = x1 + span, its variance from both and their covariance."""
+    @property
+    def x_full(self) -> float:
+        """log2 W from which DRAM serves every steady-state read."""
+        return float(self.params[3] + self.params[4] + self.params[5])
+
+    @staticmethod
+    def _x_end(p) -> float:
+        return share_at(END_SHARE, p[3] + p[4], p[5], p[6])
+
+    @property
+    def x2(self) -> float:
+        """log2 of the ramp's end: where DRAM serves END_SHARE of the steady state's reads."""
+        return float(self._x_end(self.params))
+
+    def _grad(self, which: str):
+        """The gradient of x1, x2 (log2 bytes) or parameter i with respect to the parameters."""
+        grad = np.zeros(len(self.params))
+        if which == "x1":
+            grad[3] = 1.0
+        elif which == "x2":
+            for i in (3, 4, 5, 6):
+                step = 1e-6 * max(1.0, abs(float(self.params[i])))
+                hi, lo = self.params.copy(), self.params.copy()
+                hi[i] += step
+                lo[i] -= step
+                grad[i] = (self._x_end(hi) - self._x_end(lo)) / (2 * step)
+        else:
+            grad[int(which)] = 1.0
+        return grad
+
+    def correlation_factor(self, which: str) -> float:
+        """How much the residuals' correlation between neighbouring working sets widens this quantity's
+        variance: the ratio of the two sandwich estimates, never below 1 (the Wald variance assumes
+        independent residuals, which is the most it may claim)."""
+        if self.sandwiches is None:
+            return 1.0
+        grad = self._grad(which)
+        alone, lagged = (float(grad @ c @ grad) for c in self.sandwiches)
+        return max(1.0, lagged / alone) if alone > 0 and np.isfinite(lagged) else 1.0
+
+    def _ci(self, value: float, which: str, correlated: bool = True):
         from scipy import stats
 
         q = stats.t.ppf(0.975, self.dof)
-        if which == "x1":
-            v, var = self.x1, self.cov[3, 3]
-        else:
-            v, var = self.x2, self.cov[3, 3] + self.cov[4, 4] + 2 * self.cov[3, 4]
+        grad = self._grad(which)
+        var = float(grad @ self.cov @ grad) if np.all(np.isfinite(self.cov)) else float("nan")
+        if correlated:
+            var *= self.correlation_factor(which)
         s = math.sqrt(var) if np.isfinite(var) and var >= 0 else float("nan")
-        return v - q * s, v + q * s
+        return value - q * s, value + q * s
+
+    def ci_log2(self, which: str, correlated: bool = True):
+        """95% CI of x1 or x2 (log2 bytes): the Wald variance (x2's by the delta method through its
+        parameters) widened by the residuals' correlation along W."""
+        return self._ci(self.x1 if which == "x1" else self.x2, which, correlated)
 
     def ci(self, i):
-        from scipy import stats
-
-        q = stats.t.ppf(0.975, self.dof)
-        return self.params[i] - q * self.se[i], self.params[i] + q * self.se[i]
+        return self._ci(float(self.params[i]), str(i))
 
     def steady_us(self, w, b):
         """The time without the cost per launch (a launch long enough that it does not show)."""
-        t0, c_l2, c_dram, x1, span = self.params[:5]
-        return t0 + np.asarray(b, float) * cost_per_byte_us(np.log2(np.asarray(w, float)), c_l2, c_dram, x1, x1 + span)
+        t0, c_l2, c_dram, x1, delay, length, power = self.params[:7]
+        return t0 + np.asarray(b, float) * cost_per_byte_us(np.log2(np.asarray(w, float)), c_l2, c_dram,
+                                                            x1 + delay, length, power)
 
 
-def _model(xb, t0, c_l2, c_dram, x1, span, peak_us, width):
+def _model(xb, t0, c_l2, c_dram, x1, delay, length, power, peak_us, width):
     x, b = xb
-    return t0 + b * cost_per_byte_us(x, c_l2, c_dram, x1, x1 + span) + transient_us(x, x1, peak_us, width)
+    return (t0 + b * cost_per_byte_us(x, c_l2, c_dram, x1 + delay, length, power)
+            + transient_us(x, x1, peak_us, width))
 
 
-def _jacobian(xb, t0, c_l2, c_dram, x1, span, peak_us, width):
-    """∂t/∂(t0, c_l2, c_dram, x1, span, peak_us, width) of :func:`_model`."""
+def _jacobian(xb, t0, c_l2, c_dram, x1, delay, length, power, peak_us, width):
+    """∂t/∂(t0, c_l2, c_dram, x1, delay, length, power, peak_us, width) of :func:`_model`."""
     x, b = xb
     x, b = np.asarray(x, dtype=float), np.asarray(b, dtype=float)
-    span, width, k = max(span, 1e-9), max(width, 1e-6), TRANSIENT_SHAPE
-    m = dram_share(x, x1, x1 + span)
-    inside = (m > 0) & (m < 1)
+    length, width, k = max(length, 1e-9), max(width, 1e-6), TRANSIENT_SHAPE
+    u_s = np.clip((x - x1 - delay) / length, 0.0, 1.0)
+    inside = (u_s > 0) & (u_s < 1)
+    rest = 1.0 - u_s
+    m = 1.0 - rest**power
+    dm_du = np.where(inside, power * rest ** (power - 1), 0.0)
+    dm_dp = np.where(inside, -(rest**power) * np.log(np.where(inside, rest, 1.0)), 0.0)
     u = np.maximum(x - x1, 0.0) / width
     g = (u / k) ** k * np.exp(k - u)
     dg = u ** (k - 1) / k**k * np.exp(k - u) * (k - u)  # dg/du
     gap = b * (c_dram - c_l2)
-    return np.column_stack([np.ones_like(x), b * (1 - m), b * m,
-                            np.where(inside, -gap / span, 0.0) - peak_us * dg / width,
-                            np.where(inside, -gap * m / span, 0.0),
-                            g, -peak_us * dg * u / width])
+    d_shift = -gap * dm_du / length  # moving the steady state's start
+    return np.column_stack([np.ones_like(x), b * (1 - m), b * m, d_shift - peak_us * dg / width, d_shift,
+                            d_shift * u_s, gap * dm_dp, g, -peak_us * dg * u / width])
 
 
 def _weighted_fits(xb, t, var, starts, bounds):
@@ -267,29 +368,56 @@ def _weighted_fits(xb, t, var, starts, bounds):
 
 
 def _scatter_ml(rows, base, r2):
-    """Maximum-likelihood (a², b²) of var = base + a²·rows[:, 0] + b²·rows[:, 1] given squared residuals."""
+    """Maximum-likelihood coefficients s of var = base + rows @ s given squared residuals (every
+    coefficient positive: fitted in logs)."""
     from scipy.optimize import minimize
 
     def nll(z):
         v = base + rows @ np.exp(z)
         return 0.5 * float(np.sum(np.log(v) + r2 / v))
 
-    z0 = math.log(max(float(np.mean(r2 / np.maximum(rows[:, 0], 1e-300))), 1e-300))
-    z1 = math.log(max(float(np.mean(r2)) / max(float(np.mean(rows[:, 1])), 1e-300), 1e-300))
+    z = np.array([math.log(max(float(np.mean(r2)) / max(float(np.mean(col)), 1e-300), 1e-300)) - math.log(rows.shape[1])
+                  for col in rows.T])
     best = None
-    for start in ([z0, z1], [z0 - 2.3, z1], [z0, z1 - 3]):
+    for start in [z] + [z - 2.3 * np.eye(len(z))[i] for i in range(len(z))]:
         r = minimize(nll, start, method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-6, "maxiter": 2000})
         if best is None or r.fun < best.fun:
             best = r
     return np.exp(best.x)
 
 
+def _sandwich_covs(xb, t, var, params, ws):
+    """The parameters' covariance (in units of the fit's scale) with the weighted residuals taken as
+    independent, and with their correlation between neighbouring working sets: a correlation per lag up
+    to HAC_LAGS, each estimated from all the working-set residuals ordered by size (one number per lag,
+    where a lagged sandwich of scores is a 9x9 matrix per lag from ~128 points: too noisy to use, 0.85
+    coverage with planted correlated scatter), in A·G'RG·A. The bandwidth series' points, all at one
+    working set, count as independent. Their ratio for a quantity is how much the correlation widens it."""
+    sd = np.sqrt(var)
+    g = _jacobian(xb, *params) / sd[:, None]
+    e = (t - _model(xb, *params)) / sd
+    scale = np.linalg.norm(g, axis=0)  # the columns span 1e-7 (per-byte costs) to 1e9 (bytes)
+    scale = np.where(scale > 0, scale, 1.0)
+    g = g / scale
+    bread = np.linalg.pinv(g.T @ g)
+    chain = np.flatnonzero(ws)[np.argsort(xb[0][ws], kind="stable")]
+    z = e[chain] - e[chain].mean()
+    gc = g[chain]
+    lagged = g.T @ g
+    for lag in range(1, min(HAC_LAGS, len(z) - 2) + 1):
+        rho = max(0.0, float(z[lag:] @ z[:-lag]) / float(z @ z))
+        c = gc[lag:].T @ gc[:-lag]
+        lagged += rho * (c + c.T)
+    unscale = np.outer(scale, scale)
+    return bread / unscale, (bread @ lagged @ bread) / unscale
+
+
 def fit(frame, *, robust: bool = False, source: str | None = None):
     result = FitResult(ID)
     g = frame[frame["calibration"] == ID].sort_values("working_set_bytes", kind="stable")
     ws_points = g[g["series"] == "working_set"] if "series" in g else g
-    if len(ws_points) < 12:
-        why = f"{len(ws_points)} working sets measured; the ramp's model needs at least 12"
+    if len(ws_points) < 16:
+        why = f"{len(ws_points)} working sets measured; the ramp's model needs at least 16"
         result.failures.update({CAPACITY: why, RAMP_END: why})
         return _bandwidth_line(g, result, robust=robust, source=source)
     try:
@@ -322,10 +450,11 @@ def _fit_ramp(g) -> HingeFit:
     above = np.flatnonzero(per_byte > c_l2 + 0.1 * gap)
     x1 = x[above[0]] if above.size else x[len(x) // 3]
     span_max = float(x.max() - x.min())
-    bounds = ([-np.inf, 0, 0, x.min(), 0.2, 0, 0.1], [np.inf, np.inf, np.inf, x.max(), span_max, np.inf, 1.5])
+    bounds = ([-np.inf, 0, 0, x.min(), 0, 0.2, 1, 0, 0.1],
+              [np.inf, np.inf, np.inf, x.max(), 1.5, span_max, 4, np.inf, 1.5])
     t0 = max(0.01 * float(t.min()), 1.0)
-    starts = [[t0, c_l2, c_dram, x1, span, peak, width] for span in (1.0, 2.0) for peak in (0.0, 0.1 * np.median(t))
-              for width in (0.25, 0.5)]
+    starts = [[t0, c_l2, c_dram, x1 - 0.2, 0.4, length, power, peak, 0.4] for length in (1.5, 3.0)
+              for power in (1.2, 2.5) for peak in (0.0, 0.1 * np.median(t))]
     var = (0.02 * t) ** 2 * ws + se**2
     found = _weighted_fits(xb, t, var, starts, bounds)
     if not found:
@@ -333,8 +462,8 @@ def _fit_ramp(g) -> HingeFit:
     # The best first fit, and the best whose ramp ends elsewhere (the ramp's end can have two optima
     # when the grid's top is close to it): each refitted with its own variance function, the one of
     # the higher likelihood kept.
-    end = found[0][1][3] + found[0][1][4]
-    firsts = [found[0][1]] + [f[1] for f in found[1:] if abs(f[1][3] + f[1][4] - end) > 0.2][:1]
+    end = HingeFit._x_end(found[0][1])
+    firsts = [found[0][1]] + [f[1] for f in found[1:] if abs(HingeFit._x_end(f[1]) - end) > 0.2][:1]
     best = None
     for first in firsts:
         fitted = _reweighted(xb, t, se, ws, first, bounds)
@@ -343,7 +472,8 @@ def _fit_ramp(g) -> HingeFit:
     if best is None:
         raise RuntimeError("the weighted fit did not converge")
     _, params, cov, var, scatter = best
-    return HingeFit(w, b, t, params, cov, len(t) - len(params), var, np.sqrt(scatter), ws)
+    sandwiches = _sandwich_covs(xb, t, var, params, ws) if np.all(np.isfinite(cov)) else None
+    return HingeFit(w, b, t, params, cov, len(t) - len(params), var, np.sqrt(scatter), ws, sandwiches)
 
 
 def _reweighted(xb, t, se, ws, params, bounds):
@@ -355,7 +485,8 @@ def _reweighted(xb, t, se, ws, params, bounds):
         f = _model(xb, *params)
         h = 1e-4
         slope = (_model((x + h, b), *params) - _model((x - h, b), *params)) / (2 * h)
-        rows = np.c_[f**2 * ws, slope**2]
+        m = dram_share(x, params[3] + params[4], params[5], params[6])
+        rows = np.c_[((1 - m) * f) ** 2 * ws, (m * f) ** 2 * ws, slope**2]
         scatter = _scatter_ml(rows[ws], se[ws] ** 2, (t - f)[ws] ** 2)
         var = se**2 + rows @ scatter
         found = _weighted_fits(xb, t, var, [params, first], bounds)
@@ -383,24 +514,39 @@ def _bandwidth_line(g, result, *, robust, source):
 
 
 def _records(h: HingeFit, source, robust) -> dict:
-    method = ("weighted NLS t = t0 + bytes·c(log2 W) + L(log2 W) (steady-state hinge and a cost per launch), "
-              "weights from a fitted variance function, Wald CI") + (" (robust option ignored)" if robust else "")
+    method = ("weighted NLS t = t0 + bytes·c(log2 W) + L(log2 W) (the steady state's DRAM share 1-(1-u)^p past "
+              "its start, a cost per launch), weights from a fitted variance function, CI from a covariance "
+              f"robust to correlation between neighbouring working sets (Newey-West, {HAC_LAGS} lags)"
+              ) + (" (robust option ignored)" if robust else "")
     ws = h.working_set  # R² over the working sets: the bandwidth series' tiny variances would make it 1
     r2 = weighted_r2(h.t_us[ws], weighted_residuals=h.resid[ws], weights=h.weights[ws])
     flags = []
     if not np.all(np.isfinite(h.se)):
         flags.append("covariance not estimable: the ramp is not resolved by the grid")
     x = np.log2(h.w[h.working_set])
-    inside = int(np.sum((x > h.x1) & (x < h.x2)))
-    if inside < 2:
+    inside = int(np.sum((x > h.x_steady) & (x < h.x2)))
+    if inside < 4:
         flags.append(f"only {inside} working sets inside the ramp: its ends are poorly located")
     past = int(np.sum(x > h.x2))
-    end_flags = [] if past >= 3 else [f"{past} working sets past the ramp's end: the DRAM plateau is not measured"]
-    t0, c_l2, c_dram, x1, span, peak_us, width = (float(v) for v in h.params)
+    end_flags = [] if past >= 6 else [f"{past} working sets past the ramp's end: the approach to DRAM is not measured"]
+    # Where the grid stops before DRAM serves (nearly) every read, the DRAM rate and with it the end are
+    # extrapolated: the 4×L2 grids of 2026-12-01 put the end at 168-179 MB, ±5-19%, where the 8×L2 and
+    # 16×L2 grids find 260-280 MB.
+    share_top = float(dram_share(x.max(), h.x_steady, h.params[5], h.params[6]))
+    if share_top < TOP_SHARE:
+        end_flags.append(f"DRAM serves {share_top:.1%} of the steady state's reads at the grid's top: "
+                         "the approach to DRAM is extrapolated")
+    t0, c_l2, c_dram, x1, delay, length, power, peak_us, width = (float(v) for v in h.params)
+    lo, hi = h.ci_log2("x2")
     diag = {"r2": r2, "points_in_ramp": inside, "dram_plateau_gbps": 1e-3 / c_dram, "t0_us": t0,
             "transient_us": peak_us, "transient_peak_bytes": 2 ** (x1 + TRANSIENT_SHAPE * width),
-            "transient_width_octaves": width, "scatter_rel": float(h.scatter[0]),
-            "scatter_octaves": float(h.scatter[1])}
+            "transient_width_octaves": width, "scatter_rel_l2": float(h.scatter[0]),
+            "scatter_rel_dram": float(h.scatter[1]), "scatter_octaves": float(h.scatter[2]),
+            "steady_start_bytes": 2**h.x_steady,
+            "dram_full_bytes": 2**h.x_full, "approach_power": power, "end_share": END_SHARE,
+            "dram_share_at_top": share_top,
+            "end_ci_correlation_factor": math.sqrt(h.correlation_factor("x2")),
+            "capacity_ci_correlation_factor": math.sqrt(h.correlation_factor("x1"))}
 
     def rec(value, ci, unit, extra=()):
         rel = (ci[1] - ci[0]) / 2 / abs(value)
@@ -408,12 +554,12 @@ def _records(h: HingeFit, source, robust) -> dict:
         return make_record(value, ci, unit, n=int(h.w.size), method=method, r2=r2, flags=flags + list(extra) + wide,
                            diagnostics=diag, source=source)
 
-    lo, hi = h.ci(1)
+    records = {}
+    lo_c, hi_c = h.ci(1)
     bw = 1e-3 / c_l2
-    records = {READ_BW: rec(bw, (1e-3 / hi, 1e-3 / lo) if lo > 0 else (float("nan"), float("nan")), "GB/s")}
-    lo, hi = h.ci_log2("x1")
-    records[CAPACITY] = rec(2**h.x1, (2**lo, 2**hi), "bytes")
-    lo, hi = h.ci_log2("x2")
+    records[READ_BW] = rec(bw, (1e-3 / hi_c, 1e-3 / lo_c) if lo_c > 0 else (float("nan"), float("nan")), "GB/s")
+    lo_x, hi_x = h.ci_log2("x1")
+    records[CAPACITY] = rec(2**h.x1, (2**lo_x, 2**hi_x), "bytes")
     records[RAMP_END] = rec(2**h.x2, (2**lo, 2**hi), "bytes", end_flags)
     return records  # a CI that is not finite is flagged by make_record, not dropped
 
@@ -457,7 +603,8 @@ def plot(frame, fits: dict, *, title, records: dict | None = None):
     big = float(np.max(h.bytes))
     a0.plot(grid_w / 2**20, big / h.steady_us(grid_w, big) * 1e-3, "k-", lw=1.2,
             label="steady state (no cost per launch)")
-    for x, name, what, style in ((h.x1, CAPACITY, "ramp starts", "--"), (h.x2, RAMP_END, "ramp ends", ":")):
+    ends = ((h.x1, CAPACITY, "first misses", "--"), (h.x2, RAMP_END, f"{END_SHARE:.0%} from DRAM", ":"))
+    for x, name, what, style in ends:
         rec = (records or {}).get(name)
         label = None
         if rec and rec.get("ci95"):
