@@ -108,7 +108,8 @@ def main(argv=None) -> int:
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     index = json.loads((out / "run" / "run.json").read_text())
     lines += ["", "Where the time went, per notebook (s, from its process's launch; `other` is its wall time "
-              "less its phases: cells between them, kernel shutdown, the executed notebook written):", "",
+              "less its phases: cells between them, the executed notebook written, its kernel killed, its process "
+              "ended):", "",
               format_phase_table(index.get("notebooks"), index.get("critical_path"), markdown=True)]
     lines += ["", *run_breakdown(out / "run", index, wall_s)]
     lines += ["", "Bandwidths (unqualified) with a CI wider than ±0.5% (target: none): " + (", ".join(wide) or "none")]

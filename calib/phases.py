@@ -13,9 +13,9 @@ A notebook of ``calib run`` passes through these phases, in this order:
 - ``measure``: the sweep, and the rest of ``Calibration.measure``;
 - ``fit``, ``plot`` (figures saved and shown), ``write`` (the fragment).
 
-``other`` is the notebook's wall time less its phases: cells between them, the kernel's shutdown
-and papermill writing the executed notebook. :class:`PhaseRecorder` keeps the spans without
-overlap: a phase entered inside another (compile inside measure) pauses the outer one, so the
+``other`` is the notebook's wall time less its phases: cells between them, papermill writing the
+executed notebook, its kernel killed and its process ended. :class:`PhaseRecorder` keeps the spans
+without overlap: a phase entered inside another (compile inside measure) pauses the outer one, so the
 phases add up to no more than the wall time. Times are seconds since the launch (wall clock across
 processes, ``time.time``; monotonic within one). A notebook run by hand has no launch: its spans
 count from calib's import, and it has no ``start``.

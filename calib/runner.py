@@ -380,7 +380,9 @@ def _execute_in_process(task, signal_dir: Path | None, turn_env: dict | None = N
     proc = lifeline.run_child([sys.executable, "-m", "calib.runner", "--one", json.dumps(task)], env=env)
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(ONE_RESULT_PREFIX):
-            return tuple(json.loads(line[len(ONE_RESULT_PREFIX):]))
+            name, error, wall_s = json.loads(line[len(ONE_RESULT_PREFIX):])
+            # the wall time until the process ended, as the run waited for it (its exit is `other` too)
+            return name, error, max(wall_s, time.perf_counter() - t0)
     tail = " ".join(proc.stderr.strip().splitlines()[-3:])
     return nb, f"its process exited with status {proc.returncode}: {tail}", time.perf_counter() - t0
 
@@ -462,7 +464,11 @@ def _execute_attempts(papermill, nb, source, output, parameters, cwd, progress_b
             if attempt == 1:
                 print(f"calib run: {nb}: {error}; starting it again", file=sys.stderr)
         finally:
-            _end_kernel(km)
+            # Not on the way out of a signal (KeyboardInterrupt: calib.lifeline has ended every
+            # process below this one, the kernel among them): running the event loop again there
+            # would print the interrupted cell's "Task exception was never retrieved".
+            if sys.exc_info()[0] is None or issubclass(sys.exc_info()[0], Exception):
+                _end_kernel(km)
     return error
 
 
