@@ -148,7 +148,6 @@ class Calibration:
         GPU idle in every notebook after its last kernel)."""
         from .worker import physical_gpu_id
 
-        take = None
         if wait_for_workers:
             self.await_turn()
             self.release_gpu()  # the workers measure; one of them may be on this GPU
@@ -157,15 +156,16 @@ class Calibration:
                 self.backend.prepare(configs)  # compile while another notebook may be measuring
             self.await_turn()
             if self._gpu_lock is not None:
-                def take():  # once the points are in the store (run_sweep): enqueueing needs no GPU
-                    with self.phases.phase("wait"):
-                        self._take_gpu()
+                # before the points are enqueued: a run's notebooks share one session, and a sweep's
+                # worker measures every new job of its session, so points enqueued while another
+                # notebook measures would be measured by that notebook
+                with self.phases.phase("wait"):
+                    self._take_gpu()
         progress = self.progress if progress is None else progress
         with self.phases.phase("measure"):
             report = run_sweep(self.backend, configs, self.store, self.session_id, desc=desc, progress=progress,
                                gpu_id=None if self.simulated else physical_gpu_id(self.device_index),
-                               wait_for_workers=wait_for_workers, before_measuring=take,
-                               after_measuring=self.release_gpu if release else None)
+                               wait_for_workers=wait_for_workers, after_measuring=self.release_gpu if release else None)
         wanted = {c["calibration"] for c in configs}
         frame = self.store.frame(self.session_id)
         if frame.empty:

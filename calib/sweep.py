@@ -39,22 +39,19 @@ def frame_from(configs: list[dict], measurements):
 
 def run_sweep(backend: Backend | None, configs: list[dict], store: Store, session_id: int, *, desc: str = "sweep",
               progress: bool = True, gpu_id: int | None = None, wait_for_workers: bool = False,
-              max_retries: int = 1, poll_s: float = 1.0, before_measuring=None, after_measuring=None) -> SweepReport:
+              max_retries: int = 1, poll_s: float = 1.0, after_measuring=None) -> SweepReport:
     """Enqueue ``configs`` in the session; measure them here (``backend``) or let ``calib worker``
     processes do it (``wait_for_workers``), with a progress bar either way.
 
-    ``before_measuring`` is called once the points are enqueued, ``after_measuring`` once every
-    point is measured, before the report is built: ``Calibration.sweep`` takes the GPU and gives
-    it back there. In the H200 quick suite of 2026-12-01 (quick #2, the jobs' own timestamps) each
-    GPU-timed notebook held the GPU 0.05-0.2 s before its first point (enqueueing) and 0.29-0.50 s
-    after its last (the report's jobs frame: pandas' first import), 4.5 s of the 20.1 s of
-    measurements one after another."""
+    ``after_measuring`` is called once every point is measured, before the report is built:
+    ``Calibration.sweep`` gives the GPU back there. In the H200 quick suite of 2026-12-01 (quick #2,
+    the jobs' own timestamps) each GPU-timed notebook held the GPU 0.29-0.50 s after its last point
+    (the report's jobs frame: pandas' first import), 3.9 s of the 20.1 s of measurements one after
+    another."""
     from tqdm.auto import tqdm
 
     job_ids = store.enqueue(session_id, configs)
     done_before = store.job_state_counts(job_ids).get("completed", 0)
-    if before_measuring is not None:
-        before_measuring()
     report = SweepReport(total=len(configs), already_done=done_before)
     with tqdm(total=len(configs), initial=done_before, desc=desc, disable=not progress, unit="pt") as bar:
         if wait_for_workers:
