@@ -35,13 +35,12 @@ MEASURED_SIGNAL_DIR_ENV, NOTEBOOK_ENV = "CALIB_MEASURED_SIGNAL_DIR", "CALIB_NOTE
 TURN_READY_ENV, TURN_WAIT_ENV = "CALIB_TURN_READY", "CALIB_TURN_WAIT"
 # A notebook whose run died would otherwise wait for ever; past this it measures, and says so.
 TURN_TIMEOUT_S = 600.0
-# What a notebook imports after measuring, for its fit (calib.fit: scipy.stats, statsmodels'
-# estimators) and figures (matplotlib): most of the last notebook's fit and plot, which end a run
-# (H200 2026-12-01 quick #2: shared_memory fit 2.0 s, plot 1.2 s after measuring; the imports alone
-# take 1.5 s quiet on a 2-core CPU host, 2026-12-02). A notebook queued for the GPU behind others
-# imports them while it waits (GpuQueue.wait), one module a step.
-# pandas and pyarrow.parquet come first: the tidy frame and its parquet file are made right after
-# measuring, before the fit.
+# What a notebook imports after measuring: pandas and pyarrow.parquet for the tidy frame and its
+# file, then its fit's (calib.fit: scipy.stats, statsmodels' estimators) and figures' (matplotlib):
+# most of the last notebook's fit and plot, which end a run (H200 2026-12-01 quick #2: shared_memory
+# fit 2.0 s, plot 1.2 s after measuring; the fit and plot imports alone take 1.5 s quiet on a 2-core
+# CPU host, 2026-12-02). A notebook queued for the GPU behind others imports them while it waits
+# (GpuQueue.wait), one module a step, in this order.
 WARM_UP_MODULES = ("pandas", "pyarrow.parquet", "scipy.stats", "statsmodels.regression.linear_model",
                    "statsmodels.robust.robust_linear_model", "matplotlib.pyplot", "calib.plotting")
 SIMULATED_BANNER = ("SIMULATED DEVICE: these numbers come from calib's simulated GPU, not from real "
