@@ -187,3 +187,20 @@ def test_a_sweep_gives_the_gpu_back_before_it_reads_its_frames_from_the_store(tm
     assert all(held == (name in ("enqueue", "complete")) for name, held, _ in got["seen"]), got["seen"]
     first_read = calls.index("jobs_frame")
     assert got["seen"][first_read][2] is False  # pandas was first imported after the GPU was given back
+
+
+def test_the_runs_sessions_are_linked_to_its_profile_once_each(tmp_path, monkeypatch):
+    from calib import runner
+    from calib.store import Store, default_url
+
+    store = Store(default_url(tmp_path / "results.sqlite"))
+    device, software = {"name": "sim", "simulated": True}, {"calib": "0"}
+    first, second = (store.open_session(label, device, software) for label in ("run:a", "run:b"))
+    links = []
+    original = Store.link_profile
+    monkeypatch.setattr(Store, "link_profile", lambda self, sid, path: (links.append(sid), original(self, sid, path)))
+    fragments = [{"session": {"id": first}}, {"session": {"id": first}}, {"session": {"id": second}}, {}]
+    runner._link_sessions(fragments, tmp_path / "p.json", tmp_path)
+    assert links == [first, second]
+    rows = dict(store.engine.connect().exec_driver_sql("SELECT id, profile_path FROM session").all())
+    assert rows == {first: str(tmp_path / "p.json"), second: str(tmp_path / "p.json")}
