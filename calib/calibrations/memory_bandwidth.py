@@ -41,11 +41,15 @@ FIXED_COST = "memory.dram.fixed_cost_us"
 BYTES_PER_GB = 1e9
 
 # Sizes relative to the L2: large enough that the cache holds a negligible share of the data.
-# The quick grid spans as far as the full one: ending at 32× L2, write's CI was ±0.58% (2026-11-29).
 # The 16-byte access width, whose fits are the unqualified parameters, gets a denser grid in the
-# quick suite too: with 8 sizes, write's CI was ±0.76% (2026-11-29). 15 points hold the 8 as every
-# other one, so the narrower widths are measured at sizes the 16-byte line also has.
-SUITES = {"quick": dict(points=8, reference_points=15, lo_l2=4, hi_l2=64),
+# quick suite: its points hold the narrower widths' as every other one, so that those are measured at
+# sizes the 16-byte line also has. The quick grid stops at 29× L2 (the first 11 of the 15 sizes to
+# 64× L2 it had, and 6 of the 8): refitted without the larger sizes, session 2's three quick H200
+# suites (2026-12-01) give read, write and copy ±0.19-0.26%, ±0.12-0.17% and ±0.17-0.32% (to 64×:
+# ±0.12-0.17%, ±0.08-0.14%, ±0.11-0.19%) with values within 0.13% of the whole grid's, and the
+# 36 points left out took 1.5 s of the 4.9 s it measured (the 2.6-3.8 GB sizes are the slowest).
+# (Before the outlier floor and the timing rule of 2026-12-01, 32× gave write ±0.58%, 2026-11-29.)
+SUITES = {"quick": dict(points=6, reference_points=11, lo_l2=4, hi_l2=4 * 16 ** (10 / 14)),
           "full": dict(points=16, reference_points=16, lo_l2=4, hi_l2=64)}
 MAX_MEMORY_FRACTION = 0.5
 
