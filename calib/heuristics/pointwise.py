@@ -124,7 +124,8 @@ REGISTERS = {
 # seeds 0 and 1, ...-after), D and E (host 3, seeds 1 and 2, ...-live3), F and G (host 4, seeds 3 and 2,
 # ...-live5), H (host 5, seed 4, ...-live6), I and J (host 6, seeds 6 and 7, 2026-12-02-...-s3c1). Structure and
 # constants were judged leaving one problem set (seed) out at a time, fitted on the other six: each held-out
-# recording's choices stay at 0.988-0.992 of the exhaustive best, worst 0.904-0.941 (README). Each constant,
+# recording's choices stay at 0.988-0.993 of the exhaustive best, worst 0.907-0.941, with the margins below
+# (README). Each constant,
 # with what it stands for and where it sits (2184754's values, from A-E, in brackets where the rest moved them):
 # - FLOOR: the launch floor as a share of the DRAM read line's intercept (``memory.dram.fixed_cost_us``, 4.24-4.51
 #   us on the six hosts), 0.70: 3.0-3.2 us, below the 3.2-3.5 us the smallest problems took;
