@@ -105,13 +105,24 @@ def test_the_shipped_corrections_are_the_fit_of_the_ten_recordings():
 
 
 def test_the_large_corrections_are_the_scalar_load_kernels():
-    """The systematic error is per compiled kernel: every class the recordings correct by more than
-    0.2 in log is a persistent kernel of one element per load and a buffer of 32 or more (fp16 BUF
-    256: 3.6x), and every one of those is corrected upwards."""
+    """The systematic error left after the physics is per compiled kernel: every class the
+    recordings correct by more than 0.1 in log is a persistent kernel of one element per load and a
+    buffer of 32 or more, the spill-free ones among them (BUF 32, 64) upwards; none by more than 0.4
+    once the spilled bytes are the compiler's (the rule's had v1 x 256 at +1.0 to +1.3)."""
     c = N.corrections()
-    big = {k for k, f in c.log_factors.items() if abs(f) > 0.2}
+    big = {k: f for k, f in c.log_factors.items() if abs(f) > 0.1}
     assert big and all(s == "persistent" and v == 1 and b >= 32 for s, _, v, b in big)
-    assert all(c.log_factors[k] > 0.1 for k in c.log_factors if k[0] == "persistent" and k[2] == 1 and k[3] >= 32)
+    assert all(f > 0.1 for (s, _, v, b), f in c.log_factors.items() if s == "persistent" and v == 1 and b in (32, 64))
+    assert max(abs(f) for f in c.log_factors.values()) < 0.4
+
+
+def test_spilled_bytes_are_the_compiler_s_where_the_budget_says_the_buffer_spills():
+    q = q_of(_profile("I"))
+    d = N.descriptor({"op": "layernorm", "rows": 10465, "cols": 7513, "dtype": "float16"})
+    k = Knobs(strategy="persistent", threads=64, vec=1, buffer=128)
+    assert N.registers(d, k, q)[1] > 0
+    assert N.spill_traffic_bytes(d, k, q) == N.LOCAL_BYTES_PER_SPILLED_BYTE * 3724
+    assert N.spill_traffic_bytes(d, Knobs(strategy="persistent", threads=512, vec=1, buffer=16), q) == 0.0
 
 
 def test_the_correction_moves_i_s_scalar_load_layer_norm():
