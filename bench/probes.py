@@ -1,0 +1,93 @@
+"""Two H200 probes that explain heuristic misses (issue 14); each prints a table and writes JSON.
+
+    python3 bench/probes.py splitk-kernels OUT.json   # which kernels cuBLAS runs for fp32 GEMMs
+    python3 bench/probes.py cub-tiles OUT.json        # cupy.sum's time against its last tile's fill
+
+splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
+(and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
+torch.profiler (it sees CuPy's kernels too): kernel names, grids, blocks, durations. The split-K
+model assumes cuBLAS's fastest configuration; the names say what it ran.
+
+cub-tiles: cupy.sum of a contiguous float32 array runs CUB's DeviceReduce (16 KiB tiles of 256
+threads x 16 items on SM90); the learned predictor's launch-bound misses were traced to the last
+partial tile's guarded loop (256 items per iteration). Sizes 45 tiles + 0..4096 items, 3 passes,
+device time per call."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+SPLITK_SHAPES = [(1168, 288, 3328), (320, 1424, 29440), (320, 560, 2304), (64, 1056, 19200), (288, 832, 1280),
+                 (144, 272, 1792), (16, 720, 3584), (16, 5216, 5632), (16, 896, 38400), (4688, 48, 17152),
+                 (1360, 48, 25600), (912, 96, 12544), (432, 352, 9216), (128, 960, 21504), (3088, 1808, 2560),
+                 (720, 2800, 1536), (64, 544, 42496), (16, 1264, 9216), (48, 496, 22016), (48, 880, 2048)]
+
+
+def splitk_kernels(out_path: str) -> None:
+    import os
+    import tempfile
+
+    import cupy as cp
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.zeros(1, device="cuda")
+    out = {}
+    for m, n, k in SPLITK_SHAPES:
+        at = cp.random.rand(k, m, dtype=cp.float32)
+        b = cp.random.rand(k, n, dtype=cp.float32)
+        for _ in range(3):
+            cp.matmul(at.T, b)
+        cp.cuda.Device().synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(5):
+                cp.matmul(at.T, b)
+            cp.cuda.Device().synchronize()
+        fd, f = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        prof.export_chrome_trace(f)
+        ev = [e for e in json.load(open(f))["traceEvents"] if e.get("cat") == "kernel"]
+        os.remove(f)
+        out[f"{m}x{n}x{k}"] = [{"name": e["name"][:160], "grid": e["args"].get("grid"), "block": e["args"].get("block"),
+                                "dur_us": round(e["dur"], 2)} for e in ev]
+        first = out[f"{m}x{n}x{k}"][: max(1, len(ev) // 5)]
+        print(f"{m}x{n}x{k}: " + "; ".join(f"{e['name'][:70]} grid {e['grid']} {e['dur_us']} us" for e in first))
+    json.dump(out, open(out_path, "w"), indent=1)
+
+
+def cub_tiles(out_path: str) -> None:
+    import cupy as cp
+
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+
+    def device_us(f, reps=200):
+        for _ in range(20):
+            f()
+        ts = []
+        for _ in range(reps):
+            start.record()
+            f()
+            end.record()
+            end.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
+        ts.sort()
+        return ts[len(ts) // 2]
+
+    xs = {extra: cp.random.rand(45 * 4096 + extra, dtype=cp.float32) for extra in range(0, 4097, 256)}
+    res = {extra: [] for extra in xs}
+    for _ in range(3):
+        for extra, x in xs.items():
+            res[extra].append(device_us(lambda x=x: x.sum()))
+    rows = []
+    for extra, v in res.items():
+        v.sort()
+        rows.append({"extra_items": extra, "loop_iterations": -(-extra // 256), "median_us": round(v[1], 3),
+                     "passes_us": [round(t, 3) for t in v]})
+        r = rows[-1]
+        print(f"45 tiles + {extra:4d} items ({r['loop_iterations']:2d} iterations): {v[1]:.3f} us  {r['passes_us']}")
+    json.dump(rows, open(out_path, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    {"splitk-kernels": splitk_kernels, "cub-tiles": cub_tiles}[sys.argv[1]](sys.argv[2])
