@@ -1,17 +1,11 @@
-"""Two H200 probes that explain heuristic misses (issue 14); each prints a table and writes JSON.
+"""An H200 probe that explains heuristic misses (issue 14); it prints a table and writes JSON.
 
     python3 bench/probes.py splitk-kernels OUT.json   # which kernels cuBLAS runs for fp32 GEMMs
-    python3 bench/probes.py cub-tiles OUT.json        # cupy.sum's time against its last tile's fill
 
 splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
 (and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
 torch.profiler (it sees CuPy's kernels too): kernel names, grids, blocks, durations. The split-K
-model assumes cuBLAS's fastest configuration; the names say what it ran.
-
-cub-tiles: cupy.sum of a contiguous float32 array runs CUB's DeviceReduce (16 KiB tiles of 256
-threads x 16 items on SM90); the learned predictor's launch-bound misses were traced to the last
-partial tile's guarded loop (256 items per iteration). Sizes 45 tiles + 0..4096 items, 3 passes,
-device time per call."""
+model assumes cuBLAS's fastest configuration; the names say what it ran."""
 
 from __future__ import annotations
 
@@ -56,38 +50,5 @@ def splitk_kernels(out_path: str) -> None:
     json.dump(out, open(out_path, "w"), indent=1)
 
 
-def cub_tiles(out_path: str) -> None:
-    import cupy as cp
-
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-
-    def device_us(f, reps=200):
-        for _ in range(20):
-            f()
-        ts = []
-        for _ in range(reps):
-            start.record()
-            f()
-            end.record()
-            end.synchronize()
-            ts.append(cp.cuda.get_elapsed_time(start, end) * 1e3)
-        ts.sort()
-        return ts[len(ts) // 2]
-
-    xs = {extra: cp.random.rand(45 * 4096 + extra, dtype=cp.float32) for extra in range(0, 4097, 256)}
-    res = {extra: [] for extra in xs}
-    for _ in range(3):
-        for extra, x in xs.items():
-            res[extra].append(device_us(lambda x=x: x.sum()))
-    rows = []
-    for extra, v in res.items():
-        v.sort()
-        rows.append({"extra_items": extra, "loop_iterations": -(-extra // 256), "median_us": round(v[1], 3),
-                     "passes_us": [round(t, 3) for t in v]})
-        r = rows[-1]
-        print(f"45 tiles + {extra:4d} items ({r['loop_iterations']:2d} iterations): {v[1]:.3f} us  {r['passes_us']}")
-    json.dump(rows, open(out_path, "w"), indent=1)
-
-
 if __name__ == "__main__":
-    {"splitk-kernels": splitk_kernels, "cub-tiles": cub_tiles}[sys.argv[1]](sys.argv[2])
+    {"splitk-kernels": splitk_kernels}[sys.argv[1]](sys.argv[2])
