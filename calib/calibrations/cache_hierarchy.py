@@ -93,7 +93,8 @@ READ_BW = "memory.l2.read_bandwidth_gbps"
 DRAM_READ = "memory.dram.read_bandwidth_gbps"
 PARAMETERS = (Param("memory.l2.read_bandwidth_gbps", "GB/s", "L2-resident read, whole device"),
               Param("memory.l2.capacity_bytes", "bytes", "largest working set fully served by L2 (the ramp's start)"),
-              Param("memory.l2.capacity_bytes.ramp_end", "bytes", "working set past which DRAM serves the reads"))
+              Param("memory.l2.capacity_bytes.ramp_end", "bytes",
+                    "working set at which DRAM serves 90% of a re-reading kernel's reads"))
 TRANSIENT_PASSES = "sim.cache_hierarchy.transient_passes"
 TRANSIENT_WIDTH = "sim.cache_hierarchy.transient_width"
 STEADY_DELAY = "sim.cache_hierarchy.steady_delay_octaves"
