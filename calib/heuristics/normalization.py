@@ -352,8 +352,10 @@ def plain_model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
 # without refitting the other constants were judged by leave-one-seed-out and none moved a miss:
 # 0.3-1 us x threads / 1024 (H's worst to 0.727), the row's transfer at the SM's bandwidth share
 # (0.5x and 1x: worst 0.782 and 0.685), a second load latency (0.5x, 1x: worst and choices unchanged,
-# median 4.2 -> 3.8%). So the file is the refit; what the residual's trend asks for is a refit of the
-# model's constants with an in-flight term, not a group rule.
+# median 4.2 -> 3.8%). Nor did counting a persistent block whose row exceeds that need as
+# 0.5 x row bytes / need blocks in the machine/per-SM p-norm (held out: J 0.804 -> 0.880, but E 0.890
+# -> 0.801, G 0.862 -> 0.807). So the file is the refit; what the residual's trend asks for is a refit
+# of the model's constants with an in-flight term, not a group rule.
 #
 # On top of the corrected model, one strategy bias where its persistent/multi-pass error stays one-
 # sided: fp16 rows of 4096 elements or more, 2-4 rows per SM (a block that holds its row in registers,
