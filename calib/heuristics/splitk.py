@@ -91,6 +91,31 @@ def space(d: SplitKDescriptor) -> list[Knobs]:
 # The configurations cuBLAS chooses among. Output tiles: the tensor-core kernels' 64- and 128-wide
 # tiles, the SIMT kernels' 32, 64 and 128; internal split of K: powers of two to 64, each slice
 # at least KMIN of K (an FP32 kernel splits even a short K: its floor below is two kernels).
+#
+# What cuBLAS actually runs for fp32 split 1 is not this fastest configuration, and why the model
+# does not follow it (H200, 2026-12-02, bench/results/2026-12-02-h200-heuristics-s3c3/
+# splitk-kernels.json: 20 fp32 GEMMs traced with torch.profiler). Of the kernel itself three things
+# are regular: (1) its SIMT kernels are CUTLASS sgemm tiles (n side x m side of C) 128x256 and
+# 256x128 (256 threads), 128x64 and 64x128, 64x64, 128x32 (128 threads), plus sm80 xmma 32x64 and
+# 128x32 kernels, no 128x128; (2) its own split of K is z = min(floor(c * SMs / tiles), K / 64),
+# c = 1 for the 256-thread tiles, 2 for 128x64 and 64x128, 4 for 64x64 and 128x32 (15 of the 17
+# SIMT launches; 16x896x38400 ran z = 73 where it says 75, 3088x1808x2560's 195 tiles z = 2 in one
+# kernel, no reduction); (3) the grid is swizzled, x = m tiles * 2^L,
+# y = ceil(n tiles / 2^L), L = min(3, round(log2(n tiles))) (all 17), and for the 128-thread tiles
+# the swizzle's idle CTAs cost about as much as real ones: with the kernel cuBLAS ran, this model's
+# own constants, that split and the launched grid predict 1168x288x3328 at 119 us (recorded 135),
+# 64x1056x19200 135 (131), 320x560x2304 47 (51), 64x544x42496 148 (161), 48x496x22016 45 (42.5),
+# where the fastest configuration says 75, 80, 32, 96, 61. Which tile cuBLAS takes is what could not
+# be inferred: the largest padding utilisation (within 10%, the larger tile) names 15 of the 17
+# SIMT launches, but not the recordings' other fp32 problems: 288x1408x22784 ran in 461 us, which
+# the 128x64 tile it names cannot do (the same grid as 320x1424x29440, whose 128x64 launch took
+# 993 us: 768 us at its K), though the two shapes are nearly the same. Used as a floor under the
+# fastest configuration (where it names a 128x64 tile of at most 64 tiles, K >= 1024, z > 1) it
+# lifted the worst case where the probed shapes are (F 0.712 -> 0.807, H 0.760 -> 0.845, L 0.735
+# -> 0.789) and cut it elsewhere (A/B 0.83 -> 0.71, C/D 0.88 -> 0.62, E/G 0.88/0.92 -> 0.66); at
+# most 12 tiles it changed no worst case; chosen by leave-one-seed-out over seeds 0-8 (the mean
+# worst of the other seeds) it kept every held-out worst case but seed 1's, whose choice (at most
+# 40 tiles) dropped C and D to 0.62. So split 1 stays the fastest configuration below.
 TILES = {"tensor": (64, 128), "simt": (32, 64, 128)}
 INTERNAL_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 KMIN = {"tensor": 128, "simt": 32}
