@@ -97,10 +97,17 @@ class StoppingRule:
         return asdict(self)
 
 
-def interleave(samplers, rule: StoppingRule, *, seed: int = 0) -> list[tuple[list[float], str]]:
+def interleave(samplers, rule: StoppingRule, *, seed: int = 0, together: bool = False
+               ) -> list[tuple[list[float], str]]:
     """Host-clock samples of several sweep points taken in rounds: each round takes one sample of
     every point still open, in a fresh random order; after every ``rule.batch`` rounds each point
     is held to ``rule`` on its own samples. Returns ``(samples_us, stop_reason)`` per sampler.
+
+    ``together``: no point stops before all would (each keeps its own reason), so that sample k of
+    every point comes from round k and rounds can be set aside as a whole
+    (:func:`set_aside_unsteady_rounds`); a point that stops early holds only the first rounds'
+    hosts (quick #3, H200 2026-12-02: latency 40000 had the first 80 of 400 rounds, the fast ones,
+    and the latency line missed by 4.1%).
 
     Why: a host's launch path changes speed over tens of milliseconds (CPU clocks, scheduling).
     Points measured one after another then each see a different host, and the line through them
@@ -113,7 +120,7 @@ def interleave(samplers, rule: StoppingRule, *, seed: int = 0) -> list[tuple[lis
     samples: list[list[float]] = [[] for _ in samplers]
     reasons: list[str | None] = [None] * len(samplers)
     while any(r is None for r in reasons):
-        open_points = [i for i, r in enumerate(reasons) if r is None]
+        open_points = list(range(len(samplers))) if together else [i for i, r in enumerate(reasons) if r is None]
         for _ in range(rule.batch):
             order.shuffle(open_points)
             for i in open_points:
@@ -121,6 +128,77 @@ def interleave(samplers, rule: StoppingRule, *, seed: int = 0) -> list[tuple[lis
         for i in open_points:
             reasons[i] = rule.stop_reason(np.asarray(samples[i]))
     return [(s, r) for s, r in zip(samples, reasons)]
+
+
+# Rounds of an interleaved group are set aside when the host ran at least this much slower in them
+# than in the others: the slow stretches of six H200 quick and two full suites (2026-12-01/02, raw
+# samples in their results.sqlite) ran 1.25-1.42x slower (a time-shared CPU: in quick #3's slow
+# rounds 4 launches took 1.0x or 2.2x, never between, and 64 launches 1.5x), and the best split in
+# two of the rounds of the calm runs was 1.04-1.09x.
+UNSTEADY_RATIO = 1.15
+# ... and when the fast rounds are at least this share: a brief fast spell (the first 10 of quick
+# #3's rounds ran 0.8x) is not taken for the host's steady state.
+MIN_STEADY_SHARE = 0.25
+# A host state lasts tens of rounds or more (quick #3: slow stretches of 30-250 rounds), and a round
+# of short points can miss the hits of a time-shared CPU (4 launches: no hit in about half of the
+# slow rounds): each round's state is the running median over this many rounds around it.
+STATE_ROUNDS = 11
+
+
+def unsteady_rounds(samples_us) -> tuple[np.ndarray, float]:
+    """Which rounds of a group of points sampled in the same rounds (:func:`interleave` with
+    ``together``: rows of equal length) the host ran slow in, and how much slower (a ratio, 1.0
+    when none is set aside).
+
+    A round's host state is the median over the points of log(sample / that point's 25th
+    percentile), then the running median of that over ``STATE_ROUNDS`` rounds: one point's spike
+    does not move it, and the quarter of the rounds a steady state holds at least puts every
+    point's reference in it. The states are split in two where their
+    between-group variance is largest (Otsu's threshold); the slow group is set aside when it is
+    ``UNSTEADY_RATIO`` slower and the fast one holds ``MIN_STEADY_SHARE`` of the rounds. Whole
+    rounds go, so every point keeps the same rounds and the line through the points still holds
+    what they share."""
+    x = np.asarray(samples_us, dtype=float)
+    rounds = x.shape[1] if x.ndim == 2 else 0
+    keep_all = np.zeros(rounds, dtype=bool), 1.0
+    if x.ndim != 2 or x.shape[0] < 3 or rounds < 2 * 10 or not np.all(x > 0):
+        return keep_all
+    per_round = np.median(np.log(x / np.percentile(x, 25, axis=1, keepdims=True)), axis=0)
+    half = STATE_ROUNDS // 2
+    padded = np.pad(per_round, half, mode="edge")
+    state = np.median(np.lib.stride_tricks.sliding_window_view(padded, STATE_ROUNDS), axis=1)
+    v = np.sort(state)
+    k = np.arange(1, rounds)
+    below = np.cumsum(v)[:-1]
+    m0, m1 = below / k, (v.sum() - below) / (rounds - k)
+    split = int(np.argmax(k * (rounds - k) * (m1 - m0) ** 2))
+    slow, fast, fast_share = m1[split], m0[split], (split + 1) / rounds
+    if slow - fast < math.log(UNSTEADY_RATIO) or fast_share < MIN_STEADY_SHARE:
+        return keep_all
+    return state > (v[split] + v[split + 1]) / 2.0, float(math.exp(slow - fast))
+
+
+def set_aside_unsteady_rounds(measurements: list) -> list:
+    """The measurements of one interleaved group with the host's slow rounds
+    (:func:`unsteady_rounds`) set aside: the samples stay as evidence, the centre and its standard
+    error use the steady rounds, and each says so (a warning, and the rounds in its protocol).
+
+    Why: the time a point takes in a slow stretch is interference (another process on the CPU),
+    as a delayed launch is; where it covers most samples, the per-point outlier cut fails, and a
+    stretch over 65% of quick #3's rounds (H200, 2026-12-02) put the overhead at 7.9 us ±4.7%
+    where its steady rounds give 6.1 ±1.1% (replay of its raw samples)."""
+    import dataclasses
+
+    lengths = {m.n for m in measurements}
+    if len(lengths) != 1:
+        return list(measurements)
+    mask, slowdown = unsteady_rounds([m.samples_us for m in measurements])
+    if not mask.any():
+        return list(measurements)
+    note = {"set_aside_rounds": [int(i) for i in np.flatnonzero(mask)], "rounds": int(mask.size),
+            "slowdown": round(slowdown, 4), "ratio_threshold": UNSTEADY_RATIO}
+    return [dataclasses.replace(m, set_aside=mask.copy(), protocol={**m.protocol, "host_unsteady": note})
+            for m in measurements]
 
 
 @dataclass
@@ -135,9 +213,24 @@ class Measurement:
     # Measurements of the other perf-configs tried before this one was chosen: the results store
     # keeps them too ("tuning" results), so winners can be recomputed and losers studied.
     candidates: list = field(default_factory=list, repr=False)
+    # Samples taken while the host ran slow (:func:`set_aside_unsteady_rounds`), True where set
+    # aside: kept as evidence, left out of every statistic below. None: every sample counts.
+    set_aside: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self):
         self.samples_us = np.asarray(self.samples_us, dtype=float)
+        if self.set_aside is not None:
+            self.set_aside = np.asarray(self.set_aside, dtype=bool)
+            if self.set_aside.shape != self.samples_us.shape:
+                raise ValueError(f"set_aside has {self.set_aside.size} entries for {self.samples_us.size} samples")
+
+    @cached_property
+    def _used(self) -> np.ndarray:
+        return self.samples_us if self.set_aside is None else self.samples_us[~self.set_aside]
+
+    @property
+    def n_set_aside(self) -> int:
+        return 0 if self.set_aside is None else int(np.count_nonzero(self.set_aside))
 
     @property
     def n(self) -> int:
@@ -145,21 +238,22 @@ class Measurement:
 
     @cached_property
     def median_us(self) -> float:
-        return float(np.median(self.samples_us))
+        return float(np.median(self._used))
 
     @cached_property
     def mean_us(self) -> float:
-        return float(np.mean(self.samples_us))
+        return float(np.mean(self._used))
 
     @cached_property
     def inliers(self) -> np.ndarray:
         """Mask of samples within OUTLIER_MADS robust sds of the median (the robust sd is 1.4826
         MAD, at least MIN_ROBUST_SD_REL of the median)."""
+        used = np.ones(self.n, dtype=bool) if self.set_aside is None else ~self.set_aside
         dev = np.abs(self.samples_us - self.median_us)
-        sd = max(1.4826 * float(np.median(dev)), MIN_ROBUST_SD_REL * abs(self.median_us))
+        sd = max(1.4826 * float(np.median(dev[used])), MIN_ROBUST_SD_REL * abs(self.median_us))
         if sd == 0:
-            return np.ones(self.n, dtype=bool)
-        return dev <= OUTLIER_MADS * sd
+            return used
+        return used & (dev <= OUTLIER_MADS * sd)
 
     @cached_property
     def center_us(self) -> float:
@@ -179,16 +273,16 @@ class Measurement:
 
     @property
     def n_outliers(self) -> int:
-        return int(self.n - np.count_nonzero(self.inliers))
+        return int(self.n - self.n_set_aside - np.count_nonzero(self.inliers))
 
     @cached_property
     def iqr_us(self) -> float:
-        q1, q3 = np.percentile(self.samples_us, [25, 75])
+        q1, q3 = np.percentile(self._used, [25, 75])
         return float(q3 - q1)
 
     @cached_property
     def median_rel_ci95(self) -> float:
-        return float(median_rel_halfwidth(np.sort(self.samples_us)))
+        return float(median_rel_halfwidth(np.sort(self._used)))
 
     @property
     def throttled(self) -> bool:
@@ -209,6 +303,10 @@ class Measurement:
             out.append(f"host-bound: in {self.protocol['host_bound_batches']} batch(es) the host took longer to "
                        f"enqueue than the {self.protocol.get('hold_s', 0) * 1e3:.1f} ms hold, so some samples may "
                        "time the host")
+        if self.n_set_aside:
+            slowdown = self.protocol.get("host_unsteady", {}).get("slowdown")
+            out.append(f"host-unsteady: {self.n_set_aside} of {self.n} rounds set aside, the host "
+                       + (f"{slowdown:.2f}x slower in them" if slowdown else "slower in them"))
         if self.simulated:
             out.append("simulated: not a measurement of real hardware")
         return out
@@ -217,7 +315,8 @@ class Measurement:
         return {"time_us": self.center_us, "se_us": self.se_us, "median_us": self.median_us, "mean_us": self.mean_us,
                 "iqr_us": self.iqr_us, "n_samples": self.n, "n_outliers": self.n_outliers,
                 "median_rel_ci95": self.median_rel_ci95, "stop_reason": self.stop_reason,
-                "throttled": self.throttled, "simulated": self.simulated}
+                "throttled": self.throttled, "simulated": self.simulated,
+                **({"n_set_aside": self.n_set_aside} if self.set_aside is not None else {})}
 
     def __repr__(self):
         return (f"<Measurement median {self.median_us:.3f} us, IQR {self.iqr_us:.3f} us, n={self.n}, "

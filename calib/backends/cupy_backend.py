@@ -212,9 +212,10 @@ class CupyBackend(Backend):
                            clocks=merge_readings([self.clocks.read()]))
 
     def time_host_interleaved(self, samplers, *, rule: StoppingRule | None = None, perf_configs=None,
-                              seed: int = 0) -> list[Measurement]:
+                              seed: int = 0, together: bool = False) -> list[Measurement]:
         """Host-clock samples of several points in rounds (``calib.timing.interleave``), one
-        Measurement per sampler, each with its own stopping reason."""
+        Measurement per sampler, each with its own stopping reason; ``together``: every point
+        takes every round (none stops before all would)."""
         from ..timing import interleave
 
         rule = rule or self.rule
@@ -222,12 +223,13 @@ class CupyBackend(Backend):
             for _ in range(WARMUP_LAUNCHES):
                 sample()
         before = self.clocks.read()
-        taken = interleave(samplers, rule, seed=seed)
+        taken = interleave(samplers, rule, seed=seed, together=together)
         clocks = merge_readings([before, self.clocks.read()])
         out = []
         for k, (samples, reason) in enumerate(taken):
             protocol = {"timer": "host clock", "warmup_launches": WARMUP_LAUNCHES, "rule": rule.to_dict(),
-                        "interleaved": {"points": len(samplers), "samples_per_round": 1, "seed": seed},
+                        "interleaved": {"points": len(samplers), "samples_per_round": 1, "seed": seed,
+                                        "together": together},
                         "perf_config": (perf_configs or [{}] * len(samplers))[k] or {}}
             out.append(Measurement(np.asarray(samples), stop_reason=reason, protocol=protocol, clocks=clocks))
         return out

@@ -11,7 +11,10 @@ Three sweeps, three linear models:
 The host-timed points of a sweep are taken in interleaved rounds of one sample each
 (``measure_group``, ``calib.timing.interleave``): measured one after another, each point saw a
 different state of the host's launch path, and three quick suites on one H200 host gave the
-overhead to ±2.5%, ±9.6% and ±4.5% with the line missing by up to 3% (2026-12-01).
+overhead to ±2.5%, ±9.6% and ±4.5% with the line missing by up to 3% (2026-12-01). Every point
+takes every round, and rounds in which the host ran slow (another process on its CPU) are set
+aside as a whole (``calib.timing.set_aside_unsteady_rounds``): the fits hold the steady host's
+launch cost, and each set-aside round stays in the results with a warning.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 from .._lazy import lazy
 from ..backends.base import DeviceOutOfMemory, UnsupportedConfig
 from ..fit import FitResult, fit_timed
+from ..timing import set_aside_unsteady_rounds
 from ._base import Param, line_figures, small_kernels
 
 np = lazy("numpy")
@@ -48,12 +52,18 @@ SIM_DEFAULTS = {"sim.launch_latency.submit_base_us": 3.0, "sim.launch_latency.sp
 # this grid (six calls the same day) the full suite's CI was ±0.7-7% and the quick suite's ±4-23%,
 # flagged; launch_latency run alone three times in a row on one lent host gave ±7.6%, ±14% and
 # ±4.4%, with sample IQRs of 10-42%: the host's own noise, not the neighbouring notebooks'.
+#
+# Graphs start at 48 nodes: a smaller one's replay times the host's graph submit, not the GPU (H200,
+# six quick and two full suites, 2026-12-01/02: sample IQR 8-20% of the median at 4 and 8 nodes,
+# 2% at 16 and 32, under 0.5% from 48), and the noisy point ran to 400 samples, so the n/t² weights
+# made it the line: in quick #3 8 nodes read 7.53 us against 6.62-6.80 in the other runs, and the
+# node cost came out ±5.5%; fitted from 48 nodes up the same runs give ±0.16-1.5%.
 SUITES = {
     "quick": {"overhead": [4, 8, 16, 24, 32, 48, 64], "latency": [0, 2000, 5000, 10000, 20000, 40000],
-              "graph": [8, 16, 32, 64, 96, 128, 192]},
+              "graph": [48, 64, 96, 128, 160, 192, 256]},
     "full": {"overhead": [4, 8, 12, 16, 20, 24, 32, 40, 48, 56, 64],
              "latency": [0, 1000, 2000, 5000, 10000, 15000, 20000, 30000, 40000, 60000],
-             "graph": [4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 256]},
+             "graph": [48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320]},
 }
 
 
@@ -105,8 +115,23 @@ def fit(frame, *, robust: bool = False, source: str | None = None):
         rec = f.slope_record("us", source=source) if part == "slope" else f.intercept_record("us", source=source)
         if kind != "graph":  # what a C++ runtime pays is less: say which path was measured
             rec["method"] += "; host clock around launches from Python through CuPy"
+            _say_set_aside(rec, g)
         result.records[name] = rec
     return result
+
+
+def _say_set_aside(rec: dict, g) -> None:
+    """A line fitted on the steady rounds says so, with how many rounds it left out: the value is
+    the steady host's, and a run whose host was slow for most of it is not hidden."""
+    if "n_set_aside" not in g:
+        return
+    aside = g["n_set_aside"].fillna(0)
+    if (aside > 0).any():
+        share = float((aside / g["n_samples"]).max())
+        rec["method"] += "; steady rounds only"
+        rec.setdefault("diagnostics", {})["set_aside_round_share"] = share
+        rec.setdefault("flags", []).append(f"host unsteady: {share:.0%} of the interleaved rounds set aside "
+                                           "(the host ran slow in them); fitted on the steady rounds")
 
 
 def figures(frame, result, *, title) -> dict:
@@ -120,7 +145,10 @@ HOST_KINDS = ("overhead", "latency")
 def measure_group(b, configs: list[dict]) -> list:
     """The host-timed points (overhead, latency) in interleaved rounds, then the graph points one by
     one (event-timed): a host's launch path changes speed between points measured one after another
-    (``calib.timing.interleave``); rounds give every point of a line the same host."""
+    (``calib.timing.interleave``); rounds give every point of a line the same host. Every point
+    takes every round, so that the rounds the host ran slow in can be set aside for all points at
+    once (``calib.timing.set_aside_unsteady_rounds``); that costs the points which would have
+    stopped early at most (400 - 50) x 160 us (quick grid, H200 2026-12-02)."""
     out: list = [None] * len(configs)
     host = [i for i, c in enumerate(configs) if c.get("kind") in HOST_KINDS]
     samplers, perf = [], []
@@ -129,7 +157,8 @@ def measure_group(b, configs: list[dict]) -> list:
         samplers.append(sample)
         perf.append(perf_config)
     if samplers:
-        for i, m in zip(host, b.time_host_interleaved(samplers, perf_configs=perf)):
+        taken = b.time_host_interleaved(samplers, perf_configs=perf, together=True)
+        for i, m in zip(host, set_aside_unsteady_rounds(taken)):
             out[i] = m
     for i, c in enumerate(configs):
         if out[i] is None:
