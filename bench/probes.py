@@ -1,11 +1,12 @@
 """An H200 probe that explains heuristic misses (issue 14); it prints a table and writes JSON.
 
-    python3 bench/probes.py splitk-kernels OUT.json   # which kernels cuBLAS runs for fp32 GEMMs
+    python3 bench/probes.py splitk-kernels OUT.json [SHAPES.json]   # which kernels cuBLAS runs for fp32 GEMMs
 
 splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
 (and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
 torch.profiler (it sees CuPy's kernels too): kernel names, grids, blocks, durations. The split-K
-model assumes cuBLAS's fastest configuration; the names say what it ran."""
+model assumes cuBLAS's fastest configuration; the names say what it ran. SHAPES.json: a list of
+[m, n, k] to trace instead (e.g. every fp32 problem of the recorded evaluations)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ SPLITK_SHAPES = [(1168, 288, 3328), (320, 1424, 29440), (320, 560, 2304), (64, 1
                  (720, 2800, 1536), (64, 544, 42496), (16, 1264, 9216), (48, 496, 22016), (48, 880, 2048)]
 
 
-def splitk_kernels(out_path: str) -> None:
+def splitk_kernels(out_path: str, shapes_path: str | None = None) -> None:
     import os
     import tempfile
 
@@ -26,9 +27,10 @@ def splitk_kernels(out_path: str) -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    shapes = [tuple(s) for s in json.load(open(shapes_path))] if shapes_path else SPLITK_SHAPES
     torch.zeros(1, device="cuda")
     out = {}
-    for m, n, k in SPLITK_SHAPES:
+    for m, n, k in shapes:
         at = cp.random.rand(k, m, dtype=cp.float32)
         b = cp.random.rand(k, n, dtype=cp.float32)
         for _ in range(3):
@@ -46,9 +48,11 @@ def splitk_kernels(out_path: str) -> None:
         out[f"{m}x{n}x{k}"] = [{"name": e["name"][:160], "grid": e["args"].get("grid"), "block": e["args"].get("block"),
                                 "dur_us": round(e["dur"], 2)} for e in ev]
         first = out[f"{m}x{n}x{k}"][: max(1, len(ev) // 5)]
-        print(f"{m}x{n}x{k}: " + "; ".join(f"{e['name'][:70]} grid {e['grid']} {e['dur_us']} us" for e in first))
-    json.dump(out, open(out_path, "w"), indent=1)
+        if len(shapes) <= 40:
+            print(f"{m}x{n}x{k}: " + "; ".join(f"{e['name'][:70]} grid {e['grid']} {e['dur_us']} us" for e in first))
+        json.dump(out, open(out_path, "w"), indent=1)  # after every shape: a call cut short keeps what ran
+    print(f"{len(out)} of {len(shapes)} shapes traced into {out_path}")
 
 
 if __name__ == "__main__":
-    {"splitk-kernels": splitk_kernels}[sys.argv[1]](sys.argv[2])
+    {"splitk-kernels": splitk_kernels}[sys.argv[1]](*sys.argv[2:4])
