@@ -161,7 +161,7 @@ def unsteady_rounds(samples_us) -> tuple[np.ndarray, float]:
     x = np.asarray(samples_us, dtype=float)
     rounds = x.shape[1] if x.ndim == 2 else 0
     keep_all = np.zeros(rounds, dtype=bool), 1.0
-    if x.ndim != 2 or x.shape[0] < 3 or rounds < 2 * 10 or not np.all(x > 0):
+    if x.ndim != 2 or x.shape[0] < 3 or rounds < 2 * STATE_ROUNDS or not np.all(x > 0):  # too few to tell
         return keep_all
     per_round = np.median(np.log(x / np.percentile(x, 25, axis=1, keepdims=True)), axis=0)
     half = STATE_ROUNDS // 2
