@@ -152,3 +152,14 @@ def test_a_database_at_the_newest_migration_opens_without_importing_alembic(stor
     fresh = subprocess.run([sys.executable, "-c", code, sqlite_url(tmp_path / "new.sqlite")], capture_output=True,
                            text=True, check=True)
     assert fresh.stdout.strip() == "True"  # a new database is migrated by alembic
+
+
+def test_the_frame_says_how_many_rounds_a_host_timed_point_set_aside():
+    """The launch fit flags a run whose host was unsteady from the frame's ``n_set_aside``; the
+    store reads it from the protocol's ``host_unsteady`` note, and only there."""
+    from calib.store.core import _host_unsteady
+
+    note = {"host_unsteady": {"set_aside_rounds": [3, 4, 5, 9], "rounds": 40, "slowdown": 1.35}}
+    assert _host_unsteady(note) == {"n_set_aside": 4}
+    assert _host_unsteady({"host_unsteady": {"set_aside_rounds": [], "rounds": 40}}) == {"n_set_aside": 0}
+    assert _host_unsteady({"rule": {}}) == {} and _host_unsteady(None) == {}

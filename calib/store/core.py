@@ -502,7 +502,7 @@ class Store:
                              "throttled": res.throttled, "simulated": res.simulated, "perf_config": res.perf_config,
                              "attempt": res.attempt, "cooldown_s": res.cooldown_s,
                              "set_aside_because": res.set_aside_because, "tuned_on_config_id": res.tuned_on_config_id,
-                             "gpu_id": gpu_id, "result_id": res.id})
+                             "gpu_id": gpu_id, "result_id": res.id, **_host_unsteady(res.protocol)})
         return pd.DataFrame(rows)
 
     def jobs_frame(self, session_id: int):
@@ -558,6 +558,13 @@ def _has_table(conn, name: str) -> bool:
 # Bookkeeping that runners before schema 0003 wrote into perf_config. A launch shape is its knobs
 # alone, so these never reach the perf_config column (the protocol column keeps them as written).
 LEGACY_BOOKKEEPING = ("tuned_at_bytes", "cooldown_s", "attempt")
+
+
+def _host_unsteady(protocol) -> dict:
+    """``n_set_aside``: how many interleaved rounds a host-timed measurement set aside as the host's
+    slow state (``calib.timing.unsteady_rounds``), for the fit's flag; absent for every other result."""
+    note = (protocol or {}).get("host_unsteady")
+    return {"n_set_aside": len(note.get("set_aside_rounds") or [])} if isinstance(note, dict) else {}
 
 
 def _result_row(session_id: int, config_id: int, job_id: int | None, measurement, *, role: str,
