@@ -148,7 +148,7 @@ def test_left_out_seed_6_holds_its_numbers():
     """One fold of the leave-one-seed-out validation: corrections and bias fitted without seed 6,
     judged on I."""
     factors, bias, _ = N.fit_corrections(N.recorded_samples(_pairs(n for n in RECORDINGS if SEEDS[n] != 6)))
-    with N.use_corrections(N.Corrections({k: f for k, (f, _) in factors.items()}, bias)):
+    with N.use_corrections(N.Corrections({k: f for k, (f, _) in factors.items()}, bias, device="NVIDIA H200")):
         h = _replay("I")["summary"]["heuristic"]
     assert h["geomean_efficiency"] >= 0.985 and h["worst_efficiency"] >= 0.82, h
 
@@ -224,3 +224,19 @@ def test_the_bias_applies_only_to_its_group_and_moves_the_strategy():
                   {"op": "layernorm", "rows": 100, "cols": 11386, "dtype": "float16"},
                   {"op": "layernorm", "rows": 354, "cols": 2048, "dtype": "float16"}):
         assert N.persistent_bias(N.descriptor(other), q) == 0.0
+
+
+def test_the_h200_corrections_apply_to_h200_profiles_only():
+    """Fitted on H200 recordings, the factors say nothing of another GPU or of the simulated
+    device (whose truth is the plain model): a profile of another device gets the plain model."""
+    from calib.backends.sim import SimBackend
+    from calib.heuristics.simdevice import sim_profile
+
+    d = N.descriptor({"op": "layernorm", "rows": 10465, "cols": 7513, "dtype": "float16"})
+    k = {"strategy": "persistent", "threads": 128, "vec": 1, "buffer": 64}
+    h200 = q_of(_profile("I"))
+    assert h200.device_name == "NVIDIA H200" and N.model_us(d, k, h200) > 1.3 * N.plain_model_us(d, k, h200)
+    for other in (q_of(sim_profile(SimBackend())), q_of(None)):
+        assert other.device_name != "NVIDIA H200"
+        assert N.model_us(d, k, other) == N.plain_model_us(d, k, other)
+        assert N.persistent_bias(d, other) == 0.0

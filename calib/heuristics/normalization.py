@@ -388,6 +388,12 @@ class Corrections:
     log_factors: dict  # kernel_class -> median log(measured / predicted)
     persistent_bias: float  # log, the few-rows group's
     source: str = ""
+    device: str = ""  # the GPU model the recordings were measured on: applied to its profiles only
+
+    def applies_to(self, q) -> bool:
+        """Fitted on one GPU model's recordings, the factors say nothing of another's (or of the
+        simulated device, whose truth is the plain model): only a profile of that GPU gets them."""
+        return getattr(q, "device_name", None) == self.device
 
     def log_factor(self, d: NormDescriptor, k) -> float:
         return self.log_factors.get(kernel_class(d, k), 0.0)
@@ -419,6 +425,7 @@ def load_corrections(path) -> Corrections:
         for name in ("recording", "profile"):
             _field(rec, name, str, f"{where}, fitted_on")
     bias = _field(doc, "persistent_bias", (int, float), where)
+    device = _field(doc, "device", str, where)
     factors = {}
     for i, c in enumerate(_field(doc, "classes", list, where)):
         w = f"{where}, classes[{i}]"
@@ -437,7 +444,7 @@ def load_corrections(path) -> Corrections:
         factors[key] = float(f)
     if not math.isfinite(bias) or not 0 <= bias < 1:
         raise CorrectionsError(f"{where}: persistent_bias {bias!r} is not in [0, 1)")
-    return Corrections(factors, float(bias), str(p))
+    return Corrections(factors, float(bias), str(p), device)
 
 
 @functools.lru_cache(maxsize=None)
@@ -473,8 +480,14 @@ def model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
     """:func:`plain_model_us` times its kernel class's learned correction (:func:`corrections`).
     ``hidden`` (the simulated device's truth) is the plain model: the corrections are the H200's."""
     t = plain_model_us(d, k, q, hidden)
-    c = None if hidden else corrections()
+    c = None if hidden else corrections_for(q)
     return t * math.exp(c.log_factor(d, k)) if c is not None and math.isfinite(t) else t
+
+
+def corrections_for(q) -> Corrections | None:
+    """:func:`corrections` where they apply to the profile behind ``q`` (its GPU model), else None."""
+    c = corrections()
+    return c if c is not None and c.applies_to(q) else None
 
 
 def few_rows(d: NormDescriptor, q) -> bool:
@@ -485,7 +498,7 @@ def few_rows(d: NormDescriptor, q) -> bool:
 def persistent_bias(d: NormDescriptor, q) -> float:
     """log of the factor the recordings say the corrected model is too optimistic for persistent
     against multi-pass on ``d`` (0 outside the few-rows group, or without corrections)."""
-    c = corrections()
+    c = corrections_for(q)
     return c.persistent_bias if c is not None and few_rows(d, q) else 0.0
 
 
@@ -536,10 +549,11 @@ def fit_corrections(samples) -> tuple[dict, float, dict]:
     return factors, bias, ratio
 
 
-def corrections_document(recordings, note: str = "") -> dict:
-    """The JSON of CORRECTIONS_FILE fitted on ``recordings`` ((recording, profile) path pairs)."""
+def corrections_document(recordings, note: str = "", device: str = "NVIDIA H200") -> dict:
+    """The JSON of CORRECTIONS_FILE fitted on ``recordings`` ((recording, profile) path pairs) of
+    ``device``'s evaluations."""
     factors, bias, ratio = fit_corrections(recorded_samples(recordings))
-    return {"format": CORRECTIONS_FORMAT, "version": CORRECTIONS_VERSION, "note": note,
+    return {"format": CORRECTIONS_FORMAT, "version": CORRECTIONS_VERSION, "note": note, "device": device,
             "fitted_on": [{"recording": str(r), "profile": str(p)} for r, p in recordings],
             "statistic": "median log(measured / plain_model_us) per kernel class, "
                          f">= {MIN_CLASS_CANDIDATES} candidates",

@@ -54,8 +54,16 @@ WIDTHS = (1, 2, 4, 8, 16)
 
 
 def q_of(profile) -> Callable:
-    """``q(name, default)`` reading ``profile`` through :func:`calib.heuristics.registry.read`."""
-    return lambda name, default=None: read(profile, name, DEFAULTS.get(name, default) if default is None else default)
+    """``q(name, default)`` reading ``profile`` through :func:`calib.heuristics.registry.read`.
+    ``q.device_name`` is the name in the profile's fingerprint (None without one): what a model
+    whose data came from one GPU model (normalization's corrections) checks before it applies them."""
+    def q(name, default=None):
+        return read(profile, name, DEFAULTS.get(name, default) if default is None else default)
+
+    device = getattr(profile, "device", None)
+    name = device.get("name") if isinstance(device, dict) else None
+    q.device_name = name if isinstance(name, str) else None
+    return q
 
 
 def q_of_values(values: dict, device: dict | None = None) -> Callable:
