@@ -240,3 +240,16 @@ def test_the_h200_corrections_apply_to_h200_profiles_only():
         assert other.device_name != "NVIDIA H200"
         assert N.model_us(d, k, other) == N.plain_model_us(d, k, other)
         assert N.persistent_bias(d, other) == 0.0
+
+
+def test_the_reported_prediction_is_the_corrected_model_the_heuristic_ranks_with():
+    """The evaluation reports predict_model's time: it must see the profile's device as the
+    heuristic does, or it reports the plain model for an H200 profile."""
+    from calib.heuristics.predictor import predict_model
+
+    prof = _profile("I")
+    d = N.descriptor({"op": "layernorm", "rows": 10465, "cols": 7513, "dtype": "float16"})
+    k = {"strategy": "persistent", "threads": 128, "vec": 1, "buffer": 64}
+    p = predict_model(N.model_us, d, k, prof)
+    assert p.time_us == pytest.approx(N.model_us(d, k, q_of(prof)))
+    assert p.time_us > 1.3 * N.plain_model_us(d, k, q_of(prof))

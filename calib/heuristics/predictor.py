@@ -222,6 +222,7 @@ def predict_model(model: Callable, descriptor, knobs, profile, *, ses: dict | No
         seen.setdefault(name, v)
         return v
 
+    q.device_name = base_q.device_name  # a model with data of one GPU model checks it (q_of)
     t = float(model(descriptor, knobs, q))
     contrib, without = {}, []
     for name, value in list(seen.items()):
@@ -234,6 +235,7 @@ def predict_model(model: Callable, descriptor, knobs, profile, *, ses: dict | No
             def qq(n, d=None):
                 return value + delta if n == name else q(n, d)
 
+            qq.device_name = q.device_name
             return float(model(descriptor, knobs, qq))
 
         lo_v = value - se
