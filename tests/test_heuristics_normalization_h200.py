@@ -17,6 +17,7 @@ kept unseen for a live run."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,26 +28,12 @@ from calib.heuristics.knobs import Knobs
 from calib.heuristics.predictor import q_of
 from calib.profile import load_profile
 
-ROOT = Path(__file__).resolve().parents[1]
-R = ROOT / "bench" / "results"
-HOST2 = "2026-12-01-h200-heuristics-after/profile-call5-full.json"  # D and E ran with the shipped copy of it
-HOST4 = "2026-12-01-h200-heuristics-live5/profile-call3-full.json"  # F, G; H ran with the shipped copy of it
-HOST7 = "2026-12-02-h200-suites-session3/profile-full.json"  # the shipped profile K and L ran with
-RECORDINGS = {
-    "A": ("2026-12-01-h200-heuristics-seed0/heuristics-normalization.json",
-          "2026-12-01-h200-heuristics-seed0/profile-call3-full.json"),
-    "B": ("2026-12-01-h200-heuristics-after/heuristics-normalization.json", HOST2),
-    "C": ("2026-12-01-h200-heuristics-after/seed1/heuristics-normalization.json", HOST2),
-    "D": ("2026-12-01-h200-heuristics-live3/seed1/heuristics-normalization.json", HOST2),
-    "E": ("2026-12-01-h200-heuristics-live3/seed2/heuristics-normalization.json", HOST2),
-    "F": ("2026-12-01-h200-heuristics-live5/seed3/heuristics-normalization.json", HOST4),
-    "G": ("2026-12-01-h200-heuristics-live5/seed2/heuristics-normalization.json", HOST4),
-    "H": ("2026-12-01-h200-heuristics-live6/seed4/heuristics-normalization.json", HOST4),
-    "I": ("2026-12-02-h200-heuristics-s3c1/seed6/heuristics-normalization.json", HOST4),
-    "J": ("2026-12-02-h200-heuristics-s3c1/seed7/heuristics-normalization.json", HOST4),
-    "K": ("2026-12-02-h200-heuristics-s3c3/seed5/heuristics-normalization.json", HOST7),
-    "L": ("2026-12-02-h200-heuristics-s3c3/seed8/heuristics-normalization.json", HOST7),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_recordings import R, SEEDS, recordings  # noqa: E402
+
+ROOT = R.parents[1]
+
+RECORDINGS = recordings("normalization")
 WORST_BAR_MISSED = {"I": 0.82, "J": 0.80, "L": 0.84}  # what they do reach; see the module docstring
 
 RECORDED_FAILURES = {"A": 5}
@@ -89,7 +76,6 @@ def test_where_the_worst_bar_is_missed_it_is_the_strategy(name):
         assert N.model_us(d, chosen, q) < N.model_us(d, best, q), r["descriptor"]
 
 
-SEEDS = {"A": 0, "B": 0, "C": 1, "D": 1, "E": 2, "G": 2, "F": 3, "H": 4, "I": 6, "J": 7, "K": 5, "L": 8}
 
 
 def _pairs(names):

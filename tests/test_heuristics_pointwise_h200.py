@@ -9,6 +9,7 @@ exhaustive best, worst >= 0.85, predictor median |error| <= 5% on memory-bound p
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,31 +19,10 @@ from calib.heuristics import pointwise as PW
 from calib.heuristics.predictor import q_of, q_of_values
 from calib.profile import load_profile
 
-ROOT = Path(__file__).resolve().parents[1]
-R = ROOT / "bench" / "results"
-HOST2 = "2026-12-01-h200-heuristics-after/profile-call5-full.json"  # D and E ran with the shipped copy of it
-RECORDINGS = {
-    "A": ("2026-12-01-h200-heuristics-seed0/heuristics-pointwise.json",
-          "2026-12-01-h200-heuristics-seed0/profile-call3-full.json"),
-    "B": ("2026-12-01-h200-heuristics-after/heuristics-pointwise.json", HOST2),
-    "C": ("2026-12-01-h200-heuristics-after/seed1/heuristics-pointwise.json", HOST2),
-    "D": ("2026-12-01-h200-heuristics-live3/seed1/heuristics-pointwise.json", HOST2),
-    "E": ("2026-12-01-h200-heuristics-live3/seed2/heuristics-pointwise.json", HOST2),
-    # another machine with its own profile, not fitted on: seed 3 new problems, seed 2 E's
-    "F": ("2026-12-01-h200-heuristics-live5/seed3/heuristics-pointwise.json",
-          "2026-12-01-h200-heuristics-live5/profile-call3-full.json"),
-    "G": ("2026-12-01-h200-heuristics-live5/seed2/heuristics-pointwise.json",
-          "2026-12-01-h200-heuristics-live5/profile-call3-full.json"),
-    # a fifth machine, seed 4 (unseen when it ran, after the rebuild), with the profile shipped then
-    "H": ("2026-12-01-h200-heuristics-live6/seed4/heuristics-pointwise.json",
-          "2026-12-01-h200-heuristics-live5/profile-call3-full.json"),
-    # a sixth machine, seeds 6 and 7 (unseen when they ran), with the same shipped profile (host 4's); the
-    # host's own full suite is ...-s3c1/profile-full.json
-    "I": ("2026-12-02-h200-heuristics-s3c1/seed6/heuristics-pointwise.json",
-          "2026-12-01-h200-heuristics-live5/profile-call3-full.json"),
-    "J": ("2026-12-02-h200-heuristics-s3c1/seed7/heuristics-pointwise.json",
-          "2026-12-01-h200-heuristics-live5/profile-call3-full.json"),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_recordings import R, recordings  # noqa: E402
+
+RECORDINGS = recordings("pointwise", names="ABCDEFGHIJ")
 
 
 @pytest.mark.parametrize("name", sorted(RECORDINGS))

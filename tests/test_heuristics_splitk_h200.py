@@ -30,6 +30,7 @@ Not every recording meets every bar, and a bar a recording does not meet is not 
 from __future__ import annotations
 
 import json
+import sys
 import statistics
 from pathlib import Path
 
@@ -40,26 +41,12 @@ from calib.heuristics import splitk as SK
 from calib.heuristics.predictor import q_of
 from calib.profile import load_profile
 
-ROOT = Path(__file__).resolve().parents[1]
-R = ROOT / "bench" / "results"
-HOST2 = "2026-12-01-h200-heuristics-after/profile-call5-full.json"  # D and E ran with the shipped copy of it
-HOST4 = "2026-12-01-h200-heuristics-live5/profile-call3-full.json"  # shipped when H, I and J ran
-HOST7 = "2026-12-02-h200-suites-session3/profile-full.json"  # shipped when K and L ran
-RECORDINGS = {
-    "A": ("2026-12-01-h200-heuristics-seed0/heuristics-matmul_splitk.json",
-          "2026-12-01-h200-heuristics-seed0/profile-call3-full.json"),
-    "B": ("2026-12-01-h200-heuristics-after/heuristics-matmul_splitk.json", HOST2),
-    "C": ("2026-12-01-h200-heuristics-after/seed1/heuristics-matmul_splitk.json", HOST2),
-    "D": ("2026-12-01-h200-heuristics-live3/seed1/heuristics-matmul_splitk.json", HOST2),
-    "E": ("2026-12-01-h200-heuristics-live3/seed2/heuristics-matmul_splitk.json", HOST2),
-    "F": ("2026-12-01-h200-heuristics-live5/seed3/heuristics-matmul_splitk.json", HOST4),
-    "G": ("2026-12-01-h200-heuristics-live5/seed2/heuristics-matmul_splitk.json", HOST4),
-    "H": ("2026-12-01-h200-heuristics-live6/seed4/heuristics-matmul_splitk.json", HOST4),
-    "I": ("2026-12-02-h200-heuristics-s3c1/seed6/heuristics-matmul_splitk.json", HOST4),
-    "J": ("2026-12-02-h200-heuristics-s3c1/seed7/heuristics-matmul_splitk.json", HOST4),
-    "K": ("2026-12-02-h200-heuristics-s3c3/seed5/heuristics-matmul_splitk.json", HOST7),
-    "L": ("2026-12-02-h200-heuristics-s3c3/seed8/heuristics-matmul_splitk.json", HOST7),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_recordings import R, SEEDS, recordings  # noqa: E402
+
+ROOT = R.parents[1]
+
+RECORDINGS = recordings("matmul_splitk")
 # which of the two bars that not every recording meets this one does: (worst >= 0.85, memory-bound <= 5%)
 MEETS = {"A": (False, False), "B": (False, False), "C": (True, False), "D": (True, False),
          "E": (True, False), "F": (False, True), "G": (True, False), "H": (False, True),
@@ -131,7 +118,6 @@ def test_outputs_of_48_columns_are_not_held_to_32_wide_simt_tiles(name, mnk, was
 
 
 KERNELS = R / "2026-12-02-h200-splitk-kernels" / "kernels.json"
-SEEDS = {"A": 0, "B": 0, "C": 1, "D": 1, "E": 2, "F": 3, "G": 2, "H": 4, "I": 6, "J": 7, "K": 5, "L": 8}
 
 
 def _fp32_split1(name):

@@ -1,0 +1,34 @@
+"""The committed H200 heuristic evaluations (every candidate's device time per problem), one table
+for the three replay tests: recording -> (folder under bench/results, seed, the profile the
+evaluation read). A recording replays with its own profile: its predictions were made from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+R = Path(__file__).resolve().parents[1] / "bench" / "results"
+HOST1 = "2026-12-01-h200-heuristics-seed0/profile-call3-full.json"
+HOST2 = "2026-12-01-h200-heuristics-after/profile-call5-full.json"  # B, C; D and E ran with the shipped copy
+HOST4 = "2026-12-01-h200-heuristics-live5/profile-call3-full.json"  # F, G; shipped when H, I and J ran
+HOST7 = "2026-12-02-h200-suites-session3/profile-full.json"  # shipped when K and L ran
+FOLDERS = {
+    "A": ("2026-12-01-h200-heuristics-seed0", 0, HOST1),
+    "B": ("2026-12-01-h200-heuristics-after", 0, HOST2),
+    "C": ("2026-12-01-h200-heuristics-after/seed1", 1, HOST2),
+    "D": ("2026-12-01-h200-heuristics-live3/seed1", 1, HOST2),
+    "E": ("2026-12-01-h200-heuristics-live3/seed2", 2, HOST2),
+    "F": ("2026-12-01-h200-heuristics-live5/seed3", 3, HOST4),
+    "G": ("2026-12-01-h200-heuristics-live5/seed2", 2, HOST4),
+    "H": ("2026-12-01-h200-heuristics-live6/seed4", 4, HOST4),
+    "I": ("2026-12-02-h200-heuristics-s3c1/seed6", 6, HOST4),
+    "J": ("2026-12-02-h200-heuristics-s3c1/seed7", 7, HOST4),
+    "K": ("2026-12-02-h200-heuristics-s3c3/seed5", 5, HOST7),
+    "L": ("2026-12-02-h200-heuristics-s3c3/seed8", 8, HOST7),
+}
+SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
+
+
+def recordings(kind: str, names=None) -> dict:
+    """name -> (recording, profile), relative to ``R``, for ``kind``'s evaluations."""
+    return {n: (f"{folder}/heuristics-{kind}.json", prof) for n, (folder, _, prof) in FOLDERS.items()
+            if names is None or n in names}
