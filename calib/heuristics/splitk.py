@@ -242,8 +242,8 @@ def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str,
 # though in the fit: within 10% -> 18% low). Predictor median, all
 # problems 4.5-6.0% (plain model 4.9-6.7%), memory-bound 3.5-6.2% (4.1-6.2%; H, K, L rose 0.2-0.8
 # points). The file holds the tree fitted on all 455; it applies to the GPU it was traced on only,
-# read from q.device_name: the choice (rank's q_of) takes it, the evaluation's reported prediction
-# (predictor.predict_model's q, which has no device_name) does not yet.
+# read from q.device_name: the choice (rank's q_of) and the evaluation's reported prediction
+# (predictor.predict_model's q, which carries the profile's device name since 593ee04) both take it.
 SPLIT1_FILE = Path(__file__).with_name("splitk_fp32_split1.json")
 SPLIT1_FORMAT, SPLIT1_VERSION = "calib.heuristics.splitk_fp32_split1_correction", 1
 SPLIT1_FEATURES = ("log2_m", "log2_n", "log2_k", "log2_mn", "log2_k_over_mn", "log2_mnk")
