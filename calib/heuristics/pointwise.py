@@ -288,7 +288,8 @@ def compute_us(d, vec, block, ept_eff, slots, life, per_sm, resident, iterations
     """The issue time of the busiest SM (the FP32 pipe's slots per element: the op, its switch, the
     index arithmetic per vector), wave by wave: a cover grid's whole waves of resident blocks, then its
     last partial wave, whose blocks run at their own (lower) occupancy; a persistent grid's loop
-    iterations, the busiest block doing ceil(iterations) of them. No wave is shorter than one thread's
+    iterations, TAIL_STRIDE of the last partial one's idle share counted as work (the busiest block's
+    ceil(iterations) is in :func:`model_us`'s memory time). No wave is shorter than one thread's
     life (its loads' latency and its elements one after another)."""
     sms = P.sm_count(q)
     tflops = q("compute.fp32.fma_tflops", P.DEFAULTS["compute.fp32.fma_tflops"])
