@@ -503,8 +503,8 @@ def persistent_bias(d: NormDescriptor, q) -> float:
 
 
 def recorded_samples(recordings):
-    """(descriptor, [(knobs, measured us, plain predicted us)]) per problem of each (recording,
-    profile) path pair: what the corrections are fitted on."""
+    """(descriptor, [(knobs, measured us, plain predicted us)], q of the recording's profile) per
+    problem of each (recording, profile) path pair: what the corrections are fitted on."""
     from ..profile import load_profile
     from .replay import load
 
