@@ -1,5 +1,5 @@
 """The committed H200 heuristic evaluations (every candidate's device time per problem), one table
-for the three replay tests: recording -> (folder under bench/results, seed, the profile the
+for the replay tests: recording -> (folder under bench/results, seed, the profile the
 evaluation read). A recording replays with its own profile: its predictions were made from it."""
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 from three sizes, predicted from L2-resident sizes to gigabytes; stored in and read from a profile;
 fed from the tuning database."""
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,9 @@ from calib.heuristics import learned as L
 from calib.heuristics import predictor as P
 from calib.heuristics.simdevice import sim_profile, truth_q
 from calib.timing import Measurement
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_recordings import FOLDERS, R  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -200,16 +204,10 @@ def test_the_dram_fill_is_littles_law_over_the_profile_and_moves_the_dram_line(p
     assert m.predict_us(1e6) == pytest.approx(5.0 + 1e6 / 4e6)
 
 
-# The H200 recordings with their profile in the repository (recordings.md: D-E host 3, F-G host 4, H host 5);
-# A-C ran with a shipped profile no results folder keeps.
-RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
-RECORDINGS = {
-    "D": ("2026-12-01-h200-heuristics-live3/seed1", "2026-12-01-h200-heuristics-after/profile-call5-full.json"),
-    "E": ("2026-12-01-h200-heuristics-live3/seed2", "2026-12-01-h200-heuristics-after/profile-call5-full.json"),
-    "F": ("2026-12-01-h200-heuristics-live5/seed3", "2026-12-01-h200-heuristics-live5/profile-call3-full.json"),
-    "G": ("2026-12-01-h200-heuristics-live5/seed2", "2026-12-01-h200-heuristics-live5/profile-call3-full.json"),
-    "H": ("2026-12-01-h200-heuristics-live6/seed4", "2026-12-01-h200-heuristics-live5/profile-call3-full.json"),
-}
+# The H200 recordings whose learned evaluation read the profile tests/h200_recordings.py names for them
+# (recordings.md: D-E host 3, F-G host 4, H host 5); A-C's ran with a shipped profile no results folder keeps
+# (their learning sizes are 1/64 of a 45.9 MB L2, not host 1's or 2's 43.4-43.8 MB).
+RECORDINGS = {n: (folder, prof) for n, (folder, _, prof) in FOLDERS.items() if n in "DEFGH"}
 
 
 def replay(rec, op):
@@ -221,8 +219,8 @@ def replay(rec, op):
     import calib
 
     path, prof_path = RECORDINGS[rec]
-    d = json.loads((RESULTS / path / "heuristics-learned.json").read_text())
-    prof = calib.load_profile(RESULTS / prof_path, device=None, software=None)
+    d = json.loads((R / path / "heuristics-learned.json").read_text())
+    prof = calib.load_profile(R / prof_path, device=None, software=None)
     rs = d["ops"][op]["model"]
     old = L.LearnedModel(op, *(rs[f"learned.{op}.{n}"]["value"] for n in ("t0_us", "rate_gbps", "l2_rate_gbps")),
                          l2_capacity_bytes=d["learned_at_bytes"][0] * 64)
