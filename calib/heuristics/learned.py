@@ -176,9 +176,8 @@ def dram_fill_us(q) -> float:
     (CUB's two kernels; the first gives each block one 16 KiB tile until the grid reaches 5x its
     resident blocks: 86 MB on the H200 if 8 of its 256-thread blocks fit an SM), the CuPy softmax's
     (five kernels) 6.8-7.6 us; for them it is a lower bound."""
-    sms = q("device.sm_count", P.DEFAULTS["device.sm_count"])
     inflight = q("memory.bytes_in_flight_per_sm", P.DEFAULTS["memory.bytes_in_flight_per_sm"])
-    return float(sms * inflight / (P.dram_gbps(q, "copy", 16) * 1e3))
+    return float(P.sm_count(q) * inflight / (P.dram_gbps(q, "copy", 16) * 1e3))
 
 
 def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
