@@ -3,8 +3,9 @@ replayed with the recording host's own profile), and the facts of the compiled k
 
 The model's constants and the choice's margins are fitted on all ten recordings (seven problem sets,
 seeds 0-4, 6 and 7, on six hosts); each was judged leaving one seed out of the fit and the margins
-(README). Seed 5 is kept unseen for a live run. The bars are issue 14's: geomean >= 0.97 of the
-exhaustive best, worst >= 0.85, predictor median |error| <= 5% on memory-bound problems."""
+(README). Seeds 5, 8 and 9 (K, L, M) ran live afterwards, unseen (README), and are not replayed
+here. The bars are issue 14's: geomean >= 0.97 of the exhaustive best, worst >= 0.85, predictor
+median |error| <= 5% on memory-bound problems."""
 
 from __future__ import annotations
 
