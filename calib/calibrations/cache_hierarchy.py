@@ -516,8 +516,8 @@ def _bandwidth_line(g, result, *, robust, source):
 
 def _records(h: HingeFit, source, robust) -> dict:
     method = ("weighted NLS t = t0 + bytes·c(log2 W) + L(log2 W) (the steady state's DRAM share 1-(1-u)^p past "
-              "its start, a cost per launch), weights from a fitted variance function, CI from a covariance "
-              f"robust to correlation between neighbouring working sets (Newey-West, {HAC_LAGS} lags)"
+              "its start, a cost per launch), weights from a fitted variance function, Wald CI widened by the "
+              f"residuals' correlation between neighbouring working sets (one correlation per lag, {HAC_LAGS} lags)"
               ) + (" (robust option ignored)" if robust else "")
     ws = h.working_set  # R² over the working sets: the bandwidth series' tiny variances would make it 1
     r2 = weighted_r2(h.t_us[ws], weighted_residuals=h.resid[ws], weights=h.weights[ws])
