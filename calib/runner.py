@@ -288,7 +288,8 @@ def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = 
         futures = {t[0]: pool.submit(start, t) for t in first + rest}  # the pool starts them in this order
         if turns:
             turns.referee(futures, started, others=len(rest))
-        _warm_the_end()  # the host-timed notebooks have measured: nothing here disturbs them
+        if turns or not first:  # the host-timed notebooks have measured (or none runs): nothing here disturbs them
+            _warm_the_end()
         with tqdm(total=len(tasks), desc="notebooks", unit="nb", disable=not progress) as bar:
             for task in tasks:
                 result = futures[task[0]].result()

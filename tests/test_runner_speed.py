@@ -130,6 +130,34 @@ def test_the_runs_end_is_imported_once_the_host_timed_notebook_has_measured_not_
     assert got["after"] == list(END_MODULES) and got["results"] == ["launch_latency", "occupancy", "registers"]
 
 
+def test_a_host_timed_notebook_without_turns_measures_before_the_runs_end_is_imported(tmp_path):
+    """With no turns to wait for (the host-timed notebook alone, several jobs), nothing tells when it
+    has measured: the run's end is imported after it, as before, not beside it."""
+    code = textwrap.dedent(f"""
+        import json, sys, time
+        from pathlib import Path
+        from calib import runner
+
+        seen = []
+
+        def fake(task, signal_dir, env):  # measures for 2 s, or until the run's end is imported beside it
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline and not any(m in sys.modules for m in runner.END_MODULES):
+                time.sleep(0.02)
+            seen.append([m for m in runner.END_MODULES if m in sys.modules])
+            return task[0], None, 0.0
+
+        runner._execute_in_process = fake
+        tasks = [("launch_latency", "in", "out", {{}}, ".", False)]
+        results = list(runner._execute_all(tasks, 2, progress=False, signal_dir=Path({str(tmp_path)!r})))
+        print(json.dumps({{"while_host_timed": seen[0], "results": [r[0] for r in results]}}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["while_host_timed"] == [] and got["results"] == ["launch_latency"]
+
+
 def test_a_notebook_process_hands_its_result_back_and_ends_without_the_interpreters_exit(tmp_path):
     """`python -m calib.runner --one` ends by os._exit once its result line is out (calib run waits
     for the process, and a normal exit took 0.3-0.5 s more): the line must still arrive whole,
