@@ -178,7 +178,10 @@ def test_a_waiter_does_its_steps_only_while_enough_live_waiters_are_ahead_and_go
     waiter = threading.Thread(target=me.wait, kwargs={"timeout_s": 30,
                                                       "meanwhile": [step("first"), step("second")]})
     waiter.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10  # a loaded machine may start the thread late: wait for the first step
+    while not done and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # then give a wrong second step the time to run
     assert done == ["first"] and ahead_seen == [len(ahead)] and waiter.is_alive()  # too few: it waits, steps aside
     for name in ahead[1:]:
         (tmp_path / f"{name}.queued").unlink()
