@@ -185,7 +185,7 @@ def set_aside_unsteady_rounds(measurements: list) -> list:
 
     Why: the time a point takes in a slow stretch is interference (another process on the CPU),
     as a delayed launch is; where it covers most samples, the per-point outlier cut fails, and a
-    stretch over 65% of quick #3's rounds (H200, 2026-12-02) put the overhead at 7.9 us ±4.7%
+    stretch over 61% of quick #3's rounds (H200, 2026-12-02) put the overhead at 7.9 us ±4.7%
     where its steady rounds give 6.1 ±1.1% (replay of its raw samples)."""
     import dataclasses
 
