@@ -393,7 +393,7 @@ class Corrections:
     def applies_to(self, q) -> bool:
         """Fitted on one GPU model's recordings, the factors say nothing of another's (or of the
         simulated device, whose truth is the plain model): only a profile of that GPU gets them."""
-        return getattr(q, "device_name", None) == self.device
+        return P.measured_on(q, self.device)
 
     def log_factor(self, d: NormDescriptor, k) -> float:
         return self.log_factors.get(kernel_class(d, k), 0.0)

@@ -66,6 +66,12 @@ def q_of(profile) -> Callable:
     return q
 
 
+def measured_on(q, device: str) -> bool:
+    """Whether the profile behind ``q`` is of ``device`` (its fingerprint's name): data measured on
+    one GPU model (a correction fitted on its recordings) applies to that model's profiles only."""
+    return getattr(q, "device_name", None) == device
+
+
 def q_of_values(values: dict, device: dict | None = None) -> Callable:
     """``q`` over a plain dict of values (the simulated device's truth, a perturbed profile)."""
     device = device or {}

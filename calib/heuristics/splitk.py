@@ -309,7 +309,7 @@ def split1_log_factor(q, m: int, n: int, k: int) -> float:
     if "doc" not in _split1:
         _split1["doc"] = load_split1() if SPLIT1_FILE.exists() else None
     doc = _split1["doc"]
-    if doc is None or getattr(q, "device_name", None) != doc["device"]:
+    if doc is None or not P.measured_on(q, doc["device"]):
         return 0.0
     return min(0.0, _tree_value(doc["tree"], _features(m, n, k)))
 
