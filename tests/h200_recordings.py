@@ -24,7 +24,10 @@ FOLDERS = {
     "J": ("2026-12-02-h200-heuristics-s3c1/seed7", 7, HOST4),
     "K": ("2026-12-02-h200-heuristics-s3c3/seed5", 5, HOST7),
     "L": ("2026-12-02-h200-heuristics-s3c3/seed8", 8, HOST7),
+    # the live check of session 3's final models (seed 9, unseen when it ran): fitted on by nothing
+    "M": ("2026-12-02-h200-heuristics-s3c6/seed9", 9, HOST7),
 }
+FITTED = "ABCDEFGHIJKL"  # what the models and corrections were fitted or judged on
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
 
 

@@ -1,0 +1,49 @@
+"""The live check of session 3's final models on the H200 (recording M: seed 9, a problem set
+nothing was fitted on or looked at before it ran, 2026-12-02, a ninth host, the profile then
+shipped), replayed: the heuristics' choices and predictions on its recorded times are what the
+live run reported, against issue 14's bars where that run met them.
+
+Met live: pointwise and normalization every bar (normalization's worst 0.852); split-K the geomean
+and the overall predictor error. Not met: split-K's worst case (0.685) and memory-bound median
+(5.4%), so those are not asserted; its problems below 0.85 are pinned to what the other recordings
+show (fp32, cuBLAS's split 1 chosen and slower than a split)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from calib.heuristics import evaluate as E
+from calib.profile import load_profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_recordings import R, recordings  # noqa: E402
+
+
+def _replay(kind):
+    rec, prof = (R / p for p in recordings(kind, names="M")["M"])
+    return E.evaluate(kind, backend=f"replay:{rec}", profile=load_profile(prof, device=None, software=None))
+
+
+@pytest.mark.parametrize("kind", ["pointwise", "normalization"])
+def test_the_live_check_met_every_bar(kind):
+    res = _replay(kind)
+    h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
+    assert res["evaluated"] == 100 and h["choice_failed"] == 0
+    assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85, h
+    assert h["geomean_efficiency"] > b["geomean_efficiency"]
+    assert res["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
+
+
+def test_the_live_check_of_splitk_meets_the_geomean_and_its_misses_are_cublas_fp32():
+    res = _replay("matmul_splitk")
+    h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
+    assert res["evaluated"] == 100 and h["choice_failed"] == 0
+    assert h["geomean_efficiency"] >= 0.97 and h["geomean_efficiency"] > b["geomean_efficiency"]
+    assert res["prediction"]["all"]["median_abs_rel_error"] <= 0.10
+    misses = [r for r in res["rows"] if r.get("heuristic_us") and r["best_us"] / r["heuristic_us"] < 0.85]
+    assert misses, "the live run had problems below 0.85; a replay without them is another model"
+    for r in misses:
+        assert r["descriptor"]["dtype"] == "float32" and r["heuristic"] == {"split": 1}, r["descriptor"]
