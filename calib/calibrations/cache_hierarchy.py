@@ -295,21 +295,20 @@ class HingeFit:
         alone, lagged = (float(grad @ c @ grad) for c in self.sandwiches)
         return max(1.0, lagged / alone) if alone > 0 and np.isfinite(lagged) else 1.0
 
-    def _ci(self, value: float, which: str, correlated: bool = True):
+    def _ci(self, value: float, which: str):
         from scipy import stats
 
         q = stats.t.ppf(0.975, self.dof)
         grad = self._grad(which)
         var = float(grad @ self.cov @ grad) if np.all(np.isfinite(self.cov)) else float("nan")
-        if correlated:
-            var *= self.correlation_factor(which)
+        var *= self.correlation_factor(which)
         s = math.sqrt(var) if np.isfinite(var) and var >= 0 else float("nan")
         return value - q * s, value + q * s
 
-    def ci_log2(self, which: str, correlated: bool = True):
+    def ci_log2(self, which: str):
         """95% CI of x1 or x2 (log2 bytes): the Wald variance (x2's by the delta method through its
         parameters) widened by the residuals' correlation along W."""
-        return self._ci(self.x1 if which == "x1" else self.x2, which, correlated)
+        return self._ci(self.x1 if which == "x1" else self.x2, which)
 
     def ci(self, i):
         return self._ci(float(self.params[i]), str(i))
