@@ -415,7 +415,7 @@ def model_us(d: SplitKDescriptor, k, q, hidden: bool = False) -> float:
 # -> 1.000); the largest such margin (0.88-0.91) I's only. Fitted on all ten (each recording with
 # the correction left out of its seed) the tie is 0.79-0.89 (0.79-0.91 with the shipped
 # correction); this is its middle. It rests on four shapes, so it is a tie-break where the model cannot tell,
-# not a remedy for the worst case: the problems below 0.85 are splits the model predicts 1.05-1.5x
+# not a remedy for the worst case: the problems below 0.85 are splits the model predicts 1.01-1.49x
 # slower than split 1 that ran faster (see :func:`heuristic`), which no margin of this kind reaches.
 SPLIT_MARGIN = 0.84
 
