@@ -4,18 +4,19 @@ replayed with the recording host's own profile), and the corrections it learned 
 The recordings: A-E (hosts 1-3, seeds 0-2), which the physical model's constants were fitted on; F and
 G (host 4, seeds 3 and 2), H (host 5, seed 4), I and J (host 6, seeds 6 and 7, 2026-12-02, run with
 host 4's shipped profile), K and L (host 7, seeds 5 and 8, 2026-12-02, run live on unseen seeds with
-the then shipped 2026-12-02-h200-suites-session3/profile-full.json). The model's per-kernel
-corrections and the few-rows persistent bias (normalization_corrections.json) are fitted on all
-twelve; left out one seed at a time (corrections and bias from the other eight seeds) every held-out
-recording keeps geomean 0.984-0.991 and memory-bound predictor median 2.4-4.2% (README). Issue 14's
-bars: geomean >= 0.97, worst >= 0.85, memory-bound median |error| <= 5%. All twelve meet the geomean
-and median bars. The worst bar is NOT met by I (0.825), J (0.804) and L (0.848), the same held out
-and fitted; every problem of theirs below 0.85 is a persistent/multi-pass choice the model got the
-wrong way round by 12-25% (asserted below), not a kernel class the corrections leave off. Seed 9 (M)
-ran live afterwards, unseen (README: 0.991 / 0.852), and is not replayed here."""
+the then shipped 2026-12-02-h200-suites-session3/profile-full.json), M (host 9, seed 9, the live check
+of session 3 with that profile: 0.991 / 0.852 unseen). The model's per-kernel corrections, the few-rows
+persistent bias and the pair bias (normalization_corrections.json) are fitted on all thirteen; left out
+one seed at a time (all three from the other nine seeds) every held-out recording keeps geomean
+0.984-0.992 and memory-bound predictor median 2.5-4.3%. Issue 14's bars: geomean >= 0.97, worst >= 0.85,
+memory-bound median |error| <= 5%. All thirteen meet the geomean and median bars. The worst bar is NOT
+met by J (0.804) and L (0.848), the same held out and fitted; every problem of theirs below 0.85 is a
+persistent/multi-pass choice the model got the wrong way round by 12-25% (asserted below), not a
+kernel class the corrections leave off. I (0.825 before the pair bias) now reaches 0.918 held out."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -33,8 +34,9 @@ from h200_recordings import FITTED, R, SEEDS, recordings  # noqa: E402
 
 ROOT = R.parents[1]
 
-RECORDINGS = recordings("normalization", names=FITTED)
-WORST_BAR_MISSED = {"I": 0.82, "J": 0.80, "L": 0.84}  # what they do reach; see the module docstring
+NAMES = FITTED + "M"  # what normalization_corrections.json is fitted on (M: seed 9, host 9)
+RECORDINGS = recordings("normalization", names=NAMES)
+WORST_BAR_MISSED = {"J": 0.80, "L": 0.84}  # what they do reach; see the module docstring
 
 RECORDED_FAILURES = {"A": 5}
 
@@ -82,13 +84,14 @@ def _pairs(names):
     return [(R / RECORDINGS[n][0], R / RECORDINGS[n][1]) for n in sorted(names)]
 
 
-def test_the_shipped_corrections_are_the_fit_of_the_twelve_recordings():
-    """normalization_corrections.json is what :func:`N.corrections_document` fits on A-L (regenerate
+def test_the_shipped_corrections_are_the_fit_of_the_thirteen_recordings():
+    """normalization_corrections.json is what :func:`N.corrections_document` fits on A-M (regenerate
     it so when a recording is added or the physical model changes)."""
     doc = N.corrections_document(_pairs(RECORDINGS))
     shipped = json.loads(N.CORRECTIONS_FILE.read_text())
     assert shipped["classes"] == doc["classes"]
     assert shipped["persistent_bias"] == doc["persistent_bias"]
+    assert shipped["pair_bias"] == doc["pair_bias"] > 0
     assert sorted(r["recording"] for r in shipped["fitted_on"]) == sorted(
         str(Path(r).relative_to(ROOT)) for r, _ in _pairs(RECORDINGS))
     c = N.load_corrections(N.CORRECTIONS_FILE)
@@ -100,7 +103,7 @@ def test_the_large_corrections_are_the_scalar_load_kernels():
     recordings correct by more than 0.15 in log is a persistent kernel of one element per load and a
     buffer of 32 or more, the spill-free ones among them (BUF 32, 64) upwards by more than 0.1; none by
     more than 0.4 once the spilled bytes are the compiler's (the rule's had v1 x 256 at +1.0 to +1.3).
-    Fitted on A-L the one other class past 0.1 is fp16 v8 x 256 (-0.101; -0.091 on A-J)."""
+    Fitted on A-M the one other class past 0.1 is fp16 v8 x 256 (-0.108; -0.101 on A-L, -0.091 on A-J)."""
     c = N.corrections()
     big = {k: f for k, f in c.log_factors.items() if abs(f) > 0.15}
     assert big and all(s == "persistent" and v == 1 and b >= 32 for s, _, v, b in big)
@@ -131,12 +134,16 @@ def test_the_correction_moves_i_s_scalar_load_layer_norm():
 
 
 def test_left_out_seed_6_holds_its_numbers():
-    """One fold of the leave-one-seed-out validation: corrections and bias fitted without seed 6,
-    judged on I."""
-    factors, bias, _ = N.fit_corrections(N.recorded_samples(_pairs(n for n in RECORDINGS if SEEDS[n] != 6)))
-    with N.use_corrections(N.Corrections({k: f for k, (f, _) in factors.items()}, bias, device="NVIDIA H200")):
+    """One fold of the leave-one-seed-out validation: corrections and both biases fitted without
+    seed 6, judged on I: the pair bias (fitted on the other nine seeds' 9 problems of its group) takes
+    I's worst from 0.825 to 0.918, which it does not reach without it."""
+    c = N.fit_all(N.recorded_samples(_pairs(n for n in RECORDINGS if SEEDS[n] != 6)))
+    assert c.pair_bias > 0.1
+    with N.use_corrections(c):
         h = _replay("I")["summary"]["heuristic"]
-    assert h["geomean_efficiency"] >= 0.985 and h["worst_efficiency"] >= 0.82, h
+    assert h["geomean_efficiency"] >= 0.985 and h["worst_efficiency"] >= 0.9, h
+    with N.use_corrections(dataclasses.replace(c, pair_bias=0.0)):
+        assert _replay("I")["summary"]["heuristic"]["worst_efficiency"] < 0.85
 
 
 def test_without_corrections_the_plain_model_decides():
@@ -159,7 +166,9 @@ def _bad(tmp_path, edit):
 
 @pytest.mark.parametrize("edit", [
     lambda d: d.update(format="something else"),
-    lambda d: d.update(version=2),
+    lambda d: d.update(version=1),
+    lambda d: d.update(pair_bias=1.5),
+    lambda d: d.pop("pair_bias"),
     lambda d: d.update(version="1"),
     lambda d: d.update(persistent_bias=-0.1),
     lambda d: d.update(fitted_on=[{"recording": 3}]),
@@ -190,10 +199,10 @@ def _ratio_errors():
 
 
 def test_the_persistent_bias_is_the_one_sided_group_s_20th_percentile():
-    """fp16 rows >= 4096 at 2-4 rows per SM: every one of the group's 26 problems in A-L has the
+    """fp16 rows >= 4096 at 2-4 rows per SM: every one of the group's 28 problems in A-M has the
     corrected model too optimistic for persistent (e 0.044..0.268); the bias is the 20th percentile."""
     few = _ratio_errors()
-    assert len(few) == 26 and few[0] > 0.04
+    assert len(few) == 28 and few[0] > 0.04
     assert few[int(0.2 * len(few))] == pytest.approx(N.corrections().persistent_bias, abs=1e-4)
 
 
@@ -239,3 +248,35 @@ def test_the_reported_prediction_is_the_corrected_model_the_heuristic_ranks_with
     p = predict_model(N.model_us, d, k, prof)
     assert p.time_us == pytest.approx(N.model_us(d, k, q_of(prof)))
     assert p.time_us > 1.3 * N.plain_model_us(d, k, q_of(prof))
+
+
+def test_the_pair_bias_is_its_one_sided_group_s_20th_percentile():
+    """Persistent at two blocks per SM, >= 3 rows per SM, a working set L2 serves some of: the
+    corrected model is too optimistic for persistent against multi-pass on every one of the group's
+    12 problems in A-M (e +0.091..+0.307); the bias is the 20th percentile."""
+    bias, errs = N.fit_pair_bias(N.recorded_samples(_pairs(RECORDINGS)), N.corrections())
+    assert len(errs) == 12 and errs[0] > 0.09
+    assert bias == pytest.approx(errs[int(N.BIAS_QUANTILE * len(errs))])
+    assert bias == pytest.approx(N.corrections().pair_bias, abs=1e-4)
+
+
+def test_the_pair_bias_moves_i_s_layer_norm_and_only_its_group():
+    """I's fp16 layer norm 964 x 12568 (8 rows per SM, 48.5 MB): the model ranks v8 x 32 at 512
+    threads first (12.7 us; two blocks per SM; 17.5 measured) and multi-pass at 256 threads third
+    (14.3; 14.4 measured, the best). With the pair bias the choice is that multi-pass; the same rows
+    past L2 (8x as many), one row per SM, or a block size with three per SM are outside the group."""
+    prof = _profile("I")
+    q = q_of(prof)
+    d = N.descriptor({"op": "layernorm", "rows": 964, "cols": 12568, "dtype": "float16"})
+    ranked = sorted(((N.model_us(d, k, q), k) for k in N.space(d)), key=lambda x: x[0])
+    assert ranked[0][1]["threads"] == 512 and N.in_pair_group(d, ranked[0][1], q)
+    assert N.persistent_bias(d, q) == 0.0
+    k = N.heuristic(d, prof)
+    assert (k["strategy"], k["threads"]) == ("multipass", 256)
+    with N.use_corrections(dataclasses.replace(N.corrections(), pair_bias=0.0)):
+        assert N.heuristic(d, prof) == ranked[0][1]
+    assert not N.in_pair_group(N.descriptor({"op": "layernorm", "rows": 8 * 964, "cols": 12568, "dtype": "float16"}),
+                               ranked[0][1], q)
+    assert not N.in_pair_group(N.descriptor({"op": "layernorm", "rows": 132, "cols": 12568, "dtype": "float16"}),
+                               ranked[0][1], q)
+    assert not N.in_pair_group(d, Knobs(strategy="persistent", threads=128, vec=8, buffer=64), q)
