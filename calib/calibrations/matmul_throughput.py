@@ -67,7 +67,7 @@ the points after it ran up to 0.4% fast. Measured from both ends, the slow point
 ends: a U of the residuals (+0.2% at both ends, −0.1% between, the mean over the nine) that flagged 3
 of 9 lines (lack of fit 4.7–6.5×, runs test p = 3–6e-4) and set the full suites' rate 0.6–1.1% low.
 fp16 and bf16 show no such start (their residuals are per-K offsets, the same in every run; the one
-fp16 lack-of-fit flag, c2 quick, is three points ±0.15–0.18% off those offsets, alternating in sign).
+fp16 lack-of-fit flag, c2 quick, is three points ±0.15–0.18% off those offsets, of both signs).
 The first REMEASURE_FIRST = 13 dense TF32 points are therefore measured again after the line
 (``"repeat": 1``, about 1.2–1.3 s at the recorded 0.09–0.1 s a point, +0.4 s of retries expected:
 53 points in the quick suite) and the fit takes the repeats (``resolve_repeats``; the record's
