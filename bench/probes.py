@@ -1,12 +1,17 @@
 """An H200 probe that explains heuristic misses (issue 14); it prints a table and writes JSON.
 
     python3 bench/probes.py splitk-kernels OUT.json [SHAPES.json]   # which kernels cuBLAS runs for fp32 GEMMs
+    python3 bench/probes.py cublaslt-heuristics SHAPES.json OUT.json [--time N] [--no-log]   # what Lt would pick
 
 splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
 (and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
 torch.profiler (it sees CuPy's kernels too): kernel names, grids, blocks, durations. The split-K
 model assumes cuBLAS's fastest configuration; the names say what it ran. SHAPES.json: a list of
-[m, n, k] to trace instead (e.g. every fp32 problem of the recorded evaluations)."""
+[m, n, k] to trace instead (e.g. every fp32 problem of the recorded evaluations).
+
+cublaslt-heuristics: cublasLtMatmulAlgoGetHeuristic's ranked algos for the same GEMMs (bench/cublaslt_probe.py
+says how), what cuBLAS's gemm executed (Lt's trace log) and, for N shapes, cupy.matmul against Lt's first
+algo; bench/cublaslt_compare.py sets it against the traced kernels."""
 
 from __future__ import annotations
 
@@ -54,5 +59,17 @@ def splitk_kernels(out_path: str, shapes_path: str | None = None) -> None:
     print(f"{len(out)} of {len(shapes)} shapes traced into {out_path}")
 
 
+def cublaslt_heuristics(*args: str) -> None:
+    import os
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import cublaslt_probe
+
+    cublaslt_probe.main(list(args))
+
+
 if __name__ == "__main__":
-    {"splitk-kernels": splitk_kernels}[sys.argv[1]](*sys.argv[2:4])
+    if sys.argv[1] == "cublaslt-heuristics":
+        cublaslt_heuristics(*sys.argv[2:])
+    else:
+        {"splitk-kernels": splitk_kernels}[sys.argv[1]](*sys.argv[2:4])
