@@ -371,13 +371,19 @@ def lt_prefs(lt: Lt) -> dict:
     return _PREFS
 
 
-def timing_subset(shapes, count: int):
-    """``count`` shapes spread over the list by output size (smallest to largest m*n)."""
+def timing_subset(shapes, count: int, prefer=()):
+    """``count`` shapes: those of ``prefer`` in the list first (probes.SPLITK_SHAPES, the split-1 misses of
+    issue 14), the rest evenly spread over the list by output size (smallest to largest m*n)."""
     if count <= 0:
         return []
-    order = sorted(shapes, key=lambda s: (s[0] * s[1], s[2]))
-    step = max(1, len(order) // count)
-    return order[::step][:count]
+    have = set(shapes)
+    picked = [tuple(s) for s in prefer if tuple(s) in have][:count]
+    rest = sorted((s for s in shapes if s not in picked), key=lambda s: (s[0] * s[1], s[2]))
+    left = count - len(picked)
+    if left > 0 and rest:
+        idx = sorted({round(i * (len(rest) - 1) / max(1, left - 1)) for i in range(left)})
+        picked += [rest[i] for i in idx]
+    return picked
 
 
 def main(argv: list[str]) -> None:
@@ -434,7 +440,9 @@ def main(argv: list[str]) -> None:
             out["executed_error"] = repr(e)
             print("executed-algo log failed:", repr(e))
         json.dump(out, open(out_path, "w"), indent=1)
-    subset = [s for s in timing_subset(shapes, n_time) if out["shapes"].get(f"{s[0]}x{s[1]}x{s[2]}", {}).get("results")]
+    from probes import SPLITK_SHAPES
+    subset = [s for s in timing_subset(shapes, n_time, SPLITK_SHAPES[:n_time // 2])
+              if out["shapes"].get(f"{s[0]}x{s[1]}x{s[2]}", {}).get("results")]
     if subset:
         try:
             out["timing"] = time_shapes(lt, subset)
