@@ -278,7 +278,8 @@ def executed_by_cublas(lt: Lt, shapes) -> dict:
     import cupy as cp
     lines: list[str] = []
     cb_type = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p)
-    cb = cb_type(lambda level, fn, msg: lines.append(f"[{(fn or b'').decode()}] {(msg or b'').decode()}"))
+    cb = cb_type(lambda level, fn, msg: lines.append(f"[{(fn or b'').decode(errors='replace')}] "
+                                                     f"{(msg or b'').decode(errors='replace')}"))
     lt.call("cublasLtLoggerOpenFile", b"/dev/null")  # the callback still gets every line; stdout stays readable
     lt.call("cublasLtLoggerSetCallback", cb)
     out = {}
@@ -424,6 +425,12 @@ def main(argv: list[str]) -> None:
           f"{sum(f['splitk'] > 1 for f in firsts)}; tiles {sorted({f['tile'] for f in firsts})}")
     for f in failed[:10]:
         print("  failed", f)
+    from probes import SPLITK_SHAPES
+    for m, n, k in SPLITK_SHAPES:  # the issue-14 misses, readable in the output tail
+        r = (out["shapes"].get(f"{m}x{n}x{k}") or {}).get("results")
+        if r:
+            print(f"  {m}x{n}x{k}: " + "; ".join(f"{x['tile']} split {x['splitk']} {x['reduction_name']} "
+                                                  f"st {x['stages']} w {x['waves']}" for x in r[:3]))
     if cp is None:
         return
     if "--no-log" not in argv:
@@ -440,7 +447,6 @@ def main(argv: list[str]) -> None:
             out["executed_error"] = repr(e)
             print("executed-algo log failed:", repr(e))
         json.dump(out, open(out_path, "w"), indent=1)
-    from probes import SPLITK_SHAPES
     subset = [s for s in timing_subset(shapes, n_time, SPLITK_SHAPES[:n_time // 2])
               if out["shapes"].get(f"{s[0]}x{s[1]}x{s[2]}", {}).get("results")]
     if subset:
