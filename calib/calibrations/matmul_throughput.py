@@ -68,12 +68,14 @@ ends: a U of the residuals (+0.2% at both ends, −0.1% between, the mean over t
 of 9 lines (lack of fit 4.7–6.5×, runs test p = 3–6e-4) and set the full suites' rate 0.6–1.1% low.
 fp16 and bf16 show no such start (their residuals are per-K offsets, the same in every run; the one
 fp16 lack-of-fit flag, c2 quick, is three points ±0.15–0.18% off those offsets, of both signs).
-The first REMEASURE_FIRST = 13 dense TF32 points are therefore measured again after the line
-(``"repeat": 1``, about 1.2–1.3 s at the recorded 0.09–0.1 s a point, +0.4 s of retries expected:
-53 points in the quick suite) and the fit takes the repeats (``resolve_repeats``; the record's
-``diagnostics.first_pass_slower_pct`` says how much slower the first measurements ran). Replayed (the
-first 13 measured again as the later points give them), no recorded line is flagged but c2 quick,
-whose last point, a retry, lies 0.55% below its line, and the CIs are ±0.05–0.58%.
+The dense TF32 points are therefore measured again after the line (``"repeat": 1``) and the fit
+takes the repeats (``resolve_repeats``; the record's ``diagnostics.first_pass_slower_pct`` says how
+much slower the first measurements ran). Repeating the first 13 (session 4's second H200 call,
+2026-12-02, four suites) left one line flagged: in quick #3 the whole first pass ran slow (its 13
+repeats 0.24–0.55% faster than their first measurements), so the 12 points measured once sat 0.2%
+above the line through the repeats (runs test p = 9e-6); in quick #2 points 14–18 of the first pass
+ran 0.3% slow. The slow state can outlast the first pass (2.5 s), so all 25 are measured again
+(about 2.5 s at 0.1 s a point): the fit's points all come from the second pass.
 """
 
 from __future__ import annotations
@@ -108,8 +110,8 @@ step down by 3–10%. Each point is therefore one short burst timed before the c
 5 timed launches enqueued back to back (18 ms at TF32 K = 8192), after an idle pause of 4× the previous
 point's GPU time (at least 0.05 s), the points of a line taken alternately from its two ends so that a
 drift of the GPU's state over the sweep scatters about the line instead of tilting it. TF32's line starts
-slow on an H200 (its first 3–13 points 0.2–0.8% slower than the rest in 7 of 9 suites, 2026-12-02): the
-first 13 of its K ≥ 5120 are measured again after the line, and the fit takes those. A burst whose
+slow on an H200 (its first points 0.2–0.8% slower than the rest in 8 of 13 suites, 2026-12-02, for up
+to the whole line): all its points of K ≥ 5120 are measured again after the line, and the fit takes those. A burst whose
 samples did not settle (the cap reached it mid-way: `stop_reason` "budget"), whose clock dropped, or
 that runs slower per flop than a point of smaller K by over 3% is measured again after a 0.5 s pause,
 up to twice, and the fastest attempt is kept (the others stay in the results store). A point that never
@@ -175,13 +177,14 @@ MIN_SETTLED = 3
 # the later points scatter by 0.05-0.18%). NVML's SM clock read 1965-1980 MHz in both states. The
 # line is measured from its two ends alternately, so the slow first points are its ends: a U of the
 # residuals that the lack-of-fit and runs tests flagged (3 of 9 runs) and a tilt of up to 0.3%. The
-# first REMEASURE_FIRST points of the dense grid are therefore measured again after the line
-# (1.2-1.3 s at about 0.1 s a point in both suites) and the fit takes the second measurement: every
-# fitted point in the state the line ends in. 13 covers the longest slow stretch recorded (13 points,
-# c5 quick #2). fp16 and bf16, measured before TF32, showed no such start (their residuals are the
-# same per-K offsets in every run).
+# dense grid is therefore measured again after the line and the fit takes the second measurement:
+# every fitted point in the state the line ends in. Repeating only the first 13 (the longest slow
+# stretch of session 3) left a line flagged in session 4 (quick #3: the whole first pass, 25 points
+# and 2.5 s, ran 0.2-0.55% slow), so all of it is (REMEASURE_FIRST = the whole dense grid). fp16 and
+# bf16, measured before TF32, showed no such start (their residuals are the same per-K offsets in
+# every run).
 REMEASURED = {"tf32": frozenset(_TF32_LARGE_K)}
-REMEASURE_FIRST = 13
+REMEASURE_FIRST = len(_TF32_LARGE_K)
 
 
 def param_name(dtype: str) -> str:
