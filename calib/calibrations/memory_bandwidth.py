@@ -260,6 +260,7 @@ ROTATION = 2
 LAUNCH_SHAPE_FAMILY = "memory_bandwidth.launch_shape"  # the autotune cache's family of the DRAM shapes
 TUNE_SAMPLES = 8  # a search among configs 1% or more apart: 8 samples' trimmed mean separates them
 VERIFY_BYTES = 3 * 2**20 + 48  # no launch shape divides it evenly: every tail path runs
+CHECK_POISON = 0xA5  # the byte the destination of a copy holds before the copy is checked
 
 
 def kernel_name(kind: str, width: int, perf: dict) -> str:
@@ -326,7 +327,15 @@ def check_shape(b, kind: str, width: int, perf: dict, n_bytes: int = VERIFY_BYTE
     evenly: a copy must equal its source in a poisoned destination, a write must leave no element
     zero. A read has no output to compare; its shape is checked through the copy kernel of the
     same shape, which walks the buffer the same way (``walk`` in kernels/dram.cu), so a read shape
-    that skips elements fails here too. Each (kernel, width, shape) is checked once per backend."""
+    that skips elements fails here too. Each (kernel, width, shape) is checked once per backend.
+
+    Poisoned by a memset on the kernel's stream and compared on the host, so that the check runs
+    no kernel but the shape's own: CuPy compiles its own kernels (``dst == src``, ``cp.all``, a
+    non-zero ``fill``) on first call, inside the GPU turn, and prepare cannot compile them ahead
+    (a CuPy reduction is compiled in the call that launches it: ``_launch`` in
+    cupy/_core/_reduction.pyx). On a fresh H200 (session 4, 2026-12-02) the first tuning job,
+    which compiled them, took 5.76 s, against 0.60 s where CuPy's disk cache held them. The host
+    compare costs a 3 MiB copy to the host and a compare per shape checked."""
     state = b.scratch(ID)
     kernel_kind = "write" if kind == "write" else "copy"
     done = state.setdefault("checked", set())
@@ -336,22 +345,30 @@ def check_shape(b, kind: str, width: int, perf: dict, n_bytes: int = VERIFY_BYTE
     cp = b.cp
     if "check_buffers" not in state:
         src = cp.random.random(n_bytes // 4, dtype=cp.float32).view(cp.uint8)
-        state["check_buffers"] = (src, cp.empty(n_bytes, dtype=cp.uint8))
-    src, dst = state["check_buffers"]
+        state["check_buffers"] = (src, cp.empty(n_bytes, dtype=cp.uint8), src.get(), np.empty(n_bytes, np.uint8))
+    src, dst, src_host, dst_host = state["check_buffers"]
     if kernel_kind == "copy":
-        dst.fill(0xA5)
+        dst.data.memset_async(CHECK_POISON, n_bytes, b.stream)
         launcher(b, "copy", width, perf, n_bytes, [src] * ROTATION, [dst] * ROTATION)(0)
         b.stream.synchronize()
-        if not bool(cp.all(dst == src)):
+        if not np.array_equal(dst.get(out=dst_host), src_host):
             raise RuntimeError(f"{kernel_name('copy', width, perf)} did not copy every byte")
     else:
-        dst.fill(0)
+        dst.data.memset_async(0, n_bytes, b.stream)
         launcher(b, "write", width, perf, n_bytes, None, [dst] * ROTATION)(0)
         b.stream.synchronize()
-        words = dst[: n_bytes - n_bytes % width].reshape(-1, width)
-        if not bool(cp.all(words.any(axis=1))):
+        if not every_word_written(dst.get(out=dst_host), width):
             raise RuntimeError(f"{kernel_name('write', width, perf)} left elements unwritten")
     done.add(key)
+
+
+def every_word_written(host_bytes, width: int) -> bool:
+    """Whether no ``width``-byte word of ``host_bytes`` (a trailing partial word aside) is zero."""
+    words = np.asarray(host_bytes, dtype=np.uint8)[: len(host_bytes) - len(host_bytes) % width]
+    if width <= 8:
+        return bool(np.all(words.view(f"u{width}")))
+    halves = words.view("u8").reshape(-1, 2)  # a 16-byte word: two 8-byte halves, not both zero
+    return bool(np.all(halves[:, 0] | halves[:, 1]))
 
 
 def verify_kernels(b):
