@@ -13,69 +13,32 @@ Enum values and struct layouts are from cublasLt.h of cuBLAS 13.10.0.20 (pip whe
 13.10.0.20, nvidia/cu13/include/cublasLt.h) and agree with cuBLAS 12.6.4 (CUDA 12.6.3 include/cublasLt.h,
 github zspace/system.cuda-12.6): 13.10 only adds values. Status / op / compute values from cublas_api.h,
 CUDA_R_32F = 0 from library_types.h. Where the installed wheel ships cublasLt.h the tile names are read
-from it and the table below is checked against it (a mismatch stops the probe: a wrong enum would
-silently give nonsense)."""
+from it and calib's tables (calib/heuristics/cublaslt.py) are checked against it (a mismatch stops the
+probe: a wrong enum would silently give nonsense)."""
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import glob
 import json
 import os
 import re
 import sys
 import time
+from pathlib import Path
 
-# cublas_api.h (13.10 / 12.6): cublasStatus_t, cublasOperation_t, cublasComputeType_t.
-STATUS_NAMES = {0: "SUCCESS", 1: "NOT_INITIALIZED", 3: "ALLOC_FAILED", 7: "INVALID_VALUE", 8: "ARCH_MISMATCH",
-                11: "MAPPING_ERROR", 13: "EXECUTION_FAILED", 14: "INTERNAL_ERROR", 15: "NOT_SUPPORTED",
-                16: "LICENSE_ERROR"}
-OP_N, OP_T = 0, 1
-COMPUTE_32F = 68          # CUBLAS_COMPUTE_32F: what CuPy passes for fp32 unless CUPY_TF32=1
-CUDA_R_32F = 0            # library_types.h
-# cublasLt.h: cublasLtMatmulDescAttributes_t, cublasLtMatmulPreferenceAttributes_t,
-# cublasLtMatmulAlgoConfigAttributes_t (each value with its C type, which GetAttribute checks by size).
-DESC_TRANSA, DESC_TRANSB = 3, 4                       # int32_t
-PREF_MAX_WORKSPACE_BYTES = 1                          # uint64_t
-CONFIG_ATTRS = [("algo_id", 0, ctypes.c_int32), ("tile_id", 1, ctypes.c_uint32), ("splitk", 2, ctypes.c_int32),
-                ("reduction", 3, ctypes.c_uint32), ("swizzle", 4, ctypes.c_uint32),
-                ("custom_option", 5, ctypes.c_uint32), ("stages_id", 6, ctypes.c_uint32),
-                ("inner_shape_id", 7, ctypes.c_uint16), ("cluster_id", 8, ctypes.c_uint16)]
-# cublasLtMatmulTile_t 0-35 (rows x cols of the C/D tile, i.e. cuBLAS's m x n); the later ids (36-645 in
-# 13.10) are read from the installed header when it is there.
-TILE_NAMES = {0: "UNDEFINED", 1: "8x8", 2: "8x16", 3: "16x8", 4: "8x32", 5: "16x16", 6: "32x8", 7: "8x64",
-              8: "16x32", 9: "32x16", 10: "64x8", 11: "32x32", 12: "32x64", 13: "64x32", 14: "32x128", 15: "64x64",
-              16: "128x32", 17: "64x128", 18: "128x64", 19: "64x256", 20: "128x128", 21: "256x64", 22: "64x512",
-              23: "128x256", 24: "256x128", 25: "512x64", 26: "64x96", 27: "96x64", 28: "96x128", 29: "128x160",
-              30: "160x128", 31: "192x128", 32: "128x192", 33: "128x96", 34: "32x256", 35: "256x32"}
-STAGE_NAMES = {0: "UNDEFINED", 1: "16x1", 2: "16x2", 3: "16x3", 4: "16x4", 5: "16x5", 6: "16x6", 7: "32x1",
-               8: "32x2", 9: "32x3", 10: "32x4", 11: "32x5", 12: "32x6", 13: "64x1", 14: "64x2", 15: "64x3",
-               16: "64x4", 17: "64x5", 18: "64x6", 19: "128x1", 20: "128x2", 21: "128x3", 22: "128x4",
-               23: "128x5", 24: "128x6", 25: "32x10", 26: "8x4", 27: "16x10", 28: "8x5", 31: "8x3", 32: "8xAUTO",
-               33: "16xAUTO", 34: "32xAUTO", 35: "64xAUTO", 36: "128xAUTO", 37: "256xAUTO", 38: "768xAUTO"}
-CLUSTER_NAMES = {0: "AUTO", 2: "1x1x1", 3: "2x1x1", 4: "4x1x1", 5: "1x2x1", 6: "2x2x1", 7: "4x2x1", 8: "1x4x1",
-                 9: "2x4x1", 10: "4x4x1", 11: "8x1x1", 12: "1x8x1", 13: "8x2x1", 14: "2x8x1", 15: "16x1x1",
-                 16: "1x16x1"}
-REDUCTION_NAMES = {0: "NONE", 1: "INPLACE", 2: "COMPUTE_TYPE", 4: "OUTPUT_TYPE"}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The ctypes core (enum tables, the result struct, the Lt wrapper) is calib's: the split-K model asks
+# the same heuristic live on the GPU (calib/heuristics/cublaslt.py).
+from calib.heuristics.cublaslt import (  # noqa: E402
+    CLUSTER_NAMES, N_REQUESTED, STAGE_NAMES, TILE_NAMES, WORKSPACE_HOPPER_BYTES, HeuristicResult, Lt, LtError,
+)
+
+__all__ = ["CLUSTER_NAMES", "HeuristicResult", "LtError", "STAGE_NAMES", "TILE_NAMES", "check_header", "main"]
 # cuBLAS API reference, cublasSetWorkspace: 32 MiB is the workspace recommended for Hopper (4 MiB for
 # the other architectures; the table PyTorch #120925 sized its cublasLt workspace from). CuPy sets no
 # workspace of its own, so cuBLAS runs with its default; whether that default is the recommended size is
 # not stated there, so each shape's first choice is also asked at 4 MiB and 0 (``first_by_workspace``).
-WORKSPACE_HOPPER_BYTES = 32 << 20
 WORKSPACE_ALT_BYTES = (4 << 20, 0)
-N_REQUESTED = 8
-
-
-class HeuristicResult(ctypes.Structure):
-    """cublasLtMatmulHeuristicResult_t: cublasLtMatmulAlgo_t {uint64_t data[8]}, size_t workspaceSize,
-    cublasStatus_t state, float wavesCount, int reserved[4] (96 bytes)."""
-    _fields_ = [("algo", ctypes.c_uint64 * 8), ("workspace_size", ctypes.c_size_t), ("state", ctypes.c_int),
-                ("waves", ctypes.c_float), ("reserved", ctypes.c_int * 4)]
-
-
-class LtError(RuntimeError):
-    pass
 
 
 def _header_enum(text: str, enum: str, prefix: str) -> dict[int, str]:
@@ -110,130 +73,12 @@ def check_header(path: str) -> dict:
     return found
 
 
-def candidate_libs() -> list[tuple[str, str]]:
-    """(path or name, how found), best first: the copy this process already mapped (CuPy's cuBLAS loaded
-    it), the pip wheels' directories (nvidia/cu13/lib for CUDA 13, nvidia/cublas/lib for 12), ctypes.util,
-    then plain sonames."""
-    out = []
-    try:
-        for line in open("/proc/self/maps"):
-            p = line.split()[-1]
-            if re.search(r"/libcublasLt\.so[.\d]*$", p) and p not in [q for q, _ in out]:
-                out.append((p, "mapped in this process"))
-    except OSError:
-        pass
-    try:
-        import nvidia
-        for root in list(nvidia.__path__):
-            for sub in ("cu13/lib", "cublas/lib", "cu12/lib"):
-                for p in sorted(glob.glob(os.path.join(root, sub, "libcublasLt.so*")), reverse=True):
-                    out.append((p, f"nvidia package dir {sub}"))
-    except ImportError:
-        pass
-    name = ctypes.util.find_library("cublasLt")
-    if name:
-        out.append((name, "ctypes.util.find_library"))
-    out += [("libcublasLt.so.13", "soname"), ("libcublasLt.so.12", "soname")]
-    return out
-
-
 def header_for(lib_path: str) -> str | None:
     d = os.path.dirname(os.path.realpath(lib_path))
     for p in (os.path.join(d, "..", "include", "cublasLt.h"), "/usr/local/cuda/include/cublasLt.h"):
         if os.path.exists(p):
             return os.path.normpath(p)
     return None
-
-
-class Lt:
-    """The few cublasLt entry points the probe needs, each call's status checked and named."""
-
-    def __init__(self, path: str | None = None):
-        errors = []
-        for p, how in ([(path, "given")] if path else candidate_libs()):
-            try:
-                self.lib = ctypes.CDLL(p)
-                self.path, self.how = p, how
-                break
-            except OSError as e:
-                errors.append(f"{p}: {e}")
-        else:
-            raise LtError("no libcublasLt could be loaded: " + "; ".join(errors))
-        self.lib.cublasLtGetVersion.restype = ctypes.c_size_t
-        self.version = int(self.lib.cublasLtGetVersion())
-        self.lib.cublasLtGetStatusName.restype = ctypes.c_char_p
-        self.lib.cublasLtMatrixLayoutCreate.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int,
-                                                        ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int64]
-        self.handle = None
-
-    def call(self, name: str, *args) -> None:
-        status = getattr(self.lib, name)(*args)
-        if status != 0:
-            raise LtError(f"{name} returned {status} (CUBLAS_STATUS_{STATUS_NAMES.get(status, '?')})")
-
-    def create(self) -> None:
-        h = ctypes.c_void_p()
-        self.call("cublasLtCreate", ctypes.byref(h))
-        self.handle = h
-
-    def set_attr(self, setter: str, obj, attr: int, value) -> None:
-        self.call(setter, obj, ctypes.c_int(attr), ctypes.byref(value), ctypes.c_size_t(ctypes.sizeof(value)))
-
-    def descriptors(self, m: int, n: int, k: int):
-        """The GEMM ``cupy.matmul(a.T, b)`` hands cuBLAS, a.T of shape (m, k) from a C-contiguous (k, m) array,
-        b C-contiguous (k, n), out C-contiguous (m, n). CuPy's dot (cupy/_core/_routines_linalg.pyx:
-        dot -> tensordot_core -> tensordot_core_v11 -> cublasGemmEx) computes the column-major C^T = B^T A^T:
-        cuBLAS m' = n, n' = m, k' = k; A' = b, which column-major is n x k with ld n, op N; B' = the (k, m)
-        array, column-major m x k with ld m, op T (transb = 1 - 0 from _mat_to_cublas_contiguous); C' n x m,
-        ld n. Hence the '_nt_' in the traced kernel names. Lt layouts describe the stored matrices."""
-        desc, la, lb, lc = (ctypes.c_void_p() for _ in range(4))
-        self.call("cublasLtMatmulDescCreate", ctypes.byref(desc), ctypes.c_int(COMPUTE_32F), ctypes.c_int(CUDA_R_32F))
-        self.set_attr("cublasLtMatmulDescSetAttribute", desc, DESC_TRANSA, ctypes.c_int32(OP_N))
-        self.set_attr("cublasLtMatmulDescSetAttribute", desc, DESC_TRANSB, ctypes.c_int32(OP_T))
-        for lay, rows, cols, ld in ((la, n, k, n), (lb, m, k, m), (lc, n, m, n)):
-            self.call("cublasLtMatrixLayoutCreate", ctypes.byref(lay), CUDA_R_32F, rows, cols, ld)
-        return desc, la, lb, lc
-
-    def destroy(self, desc, la, lb, lc) -> None:
-        for lay in (la, lb, lc):
-            self.call("cublasLtMatrixLayoutDestroy", lay)
-        self.call("cublasLtMatmulDescDestroy", desc)
-
-    def preference(self, workspace_bytes: int):
-        pref = ctypes.c_void_p()
-        self.call("cublasLtMatmulPreferenceCreate", ctypes.byref(pref))
-        self.set_attr("cublasLtMatmulPreferenceSetAttribute", pref, PREF_MAX_WORKSPACE_BYTES,
-                      ctypes.c_uint64(workspace_bytes))
-        return pref
-
-    def heuristic(self, descs, pref, n_requested: int = N_REQUESTED) -> list[HeuristicResult]:
-        desc, la, lb, lc = descs
-        results = (HeuristicResult * n_requested)()
-        count = ctypes.c_int(0)
-        self.call("cublasLtMatmulAlgoGetHeuristic", self.handle, desc, la, lb, lc, lc, pref,
-                  ctypes.c_int(n_requested), results, ctypes.byref(count))
-        if not 0 <= count.value <= n_requested:
-            raise LtError(f"cublasLtMatmulAlgoGetHeuristic returned count {count.value} of {n_requested}")
-        return list(results[:count.value])
-
-    def config(self, res: HeuristicResult) -> dict:
-        out = {}
-        for key, attr, ctype in CONFIG_ATTRS:
-            v, written = ctype(0), ctypes.c_size_t(0)
-            self.call("cublasLtMatmulAlgoConfigGetAttribute", ctypes.byref(res.algo), ctypes.c_int(attr),
-                      ctypes.byref(v), ctypes.c_size_t(ctypes.sizeof(v)), ctypes.byref(written))
-            if written.value != ctypes.sizeof(v):
-                raise LtError(f"cublasLtMatmulAlgoConfigGetAttribute({key}) wrote {written.value} bytes, "
-                              f"expected {ctypes.sizeof(v)}")
-            out[key] = int(v.value)
-        out["tile"] = TILE_NAMES.get(out["tile_id"], f"id{out['tile_id']}")
-        out["stages"] = STAGE_NAMES.get(out["stages_id"], f"id{out['stages_id']}")
-        out["cluster"] = CLUSTER_NAMES.get(out["cluster_id"], f"id{out['cluster_id']}")
-        out["reduction_name"] = REDUCTION_NAMES.get(out["reduction"], f"mask{out['reduction']}")
-        out["workspace_bytes"] = int(res.workspace_size)
-        out["waves"] = round(float(res.waves), 4)
-        out["state"] = STATUS_NAMES.get(res.state, str(res.state))
-        return out
 
 
 def probe_shape(lt: Lt, prefs: dict, m: int, n: int, k: int) -> dict:
