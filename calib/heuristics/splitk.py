@@ -16,7 +16,9 @@ recordings of every split's device time, bench/results/2026-12-01-h200-heuristic
   configurations (:func:`gemm_us`), each timed as output tiles in waves over the SMs, every tile's
   K loop bound by its flops at the SM's share of the profile's peak or by one CTA's latency per
   step, the operands that do not stay in L2 at DRAM speed, the epilogue's store of C, the launch,
-  and for an internal split the reduction kernel;
+  and for an internal split the reduction kernel; for fp32, where the kernel cuBLAS will run is
+  known (cuBLASLt's own heuristic, asked live on the GPU or from an oracle:
+  calib/heuristics/cublaslt.py), raised to that kernel's time (:func:`split1_fp32_us`);
 - split s > 1 goes through CuPy's batched matmul, which (``_routines_linalg.matmul``) promotes fp16
   to fp32 and makes both operands contiguous: the transposed K-slices of At are copied (and cast),
   B is cast, one FP32 strided-batched GEMM runs on the CUDA cores (no tensor cores, even for fp16,
