@@ -327,9 +327,10 @@ def _lt() -> Lt:
     if isinstance(_state["lt"], Exception):
         raise _state["lt"]
     if _state["lt"] is None:
-        try:
+        with contextlib.suppress(Exception):  # best effort: without it Lt() searches the usual places
             # CuPy's cuBLAS handle maps its libcublasLt: Lt() then takes that very copy (candidate_libs)
             sys.modules["cupy"].cuda.device.get_cublas_handle()
+        try:
             lt = Lt()
             lt.create()
             lt.pref = lt.preference(WORKSPACE_HOPPER_BYTES)
