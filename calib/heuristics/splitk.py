@@ -399,11 +399,13 @@ def _two_pass(launches) -> bool:
 #   318 algo-20 launches). Where that grid fits the SMs' resident slots at once (Lt's wavesCount is
 #   the real CTAs over those slots) the idle CTAs cost as much as real ones: counted there, the
 #   1.3-1.74x cases (1168x288x3328 1.74, 64x1056x19200 1.63: grid 8x2 where 9 tiles) fall to at most
-#   1.22; counted everywhere, multi-round grids fall to 0.54-0.61x (2768x2208x512, 288x1408x22784);
+#   1.24 (all 455: 0.42-1.24x); counted everywhere, multi-round grids fall to 0.54-0.61x
+#   (2768x2208x512, 288x1408x22784);
 # - the kernels then run at a fraction of the model's time (:data:`LT_KERNEL_FACTOR`: the median of
 #   traced / predicted per Lt algo id and, with at least LT_FACTOR_MIN_SHAPES shapes, per algo and
-#   tile; algo 55 is the sm80 xmma SIMT kernels). Median |error| 5.3% over the 455. An algo id
-#   never seen falls back to the fastest configuration.
+#   tile; algo 55 is the sm80 xmma SIMT kernels). Median |error| 5.3% over the 455, p5-p95
+#   0.86-1.23x, 0.50-1.46x in all (16x1264x9216, xmma 32x64 split 10: 1.40x). An algo id never seen
+#   falls back to the fastest configuration.
 LT_SWIZZLED_ALGOS = (20,)
 LT_FACTOR_MIN_SHAPES = 10
 KERNELS_FILE = "bench/results/2026-12-02-h200-splitk-kernels/kernels.json"
