@@ -58,6 +58,7 @@ line are measured alternately from its two ends (``measure_order``), so that any
 state over a sweep scatters about the line instead of tilting it. The measure phase is then about
 5 s in the quick suite (40 points, 0.5 s of it products, 2.4 s pauses) and in the full one (47),
 predicted from the recorded points' times; with the suite's rule it took 8.5–14.3 and 21.6–23.4 s.
+Those counts are one pass: the TF32 repeats below add 25 points (65 and 72) and about 2.5 s.
 
 The TF32 line starts slow (nine H200 suites of session 3 on four hosts, 2026-12-02, after the fp16
 and bf16 lines): in 7 of 9 runs its first 3–13 points of K ≥ 5120 (0.3–1.3 s of the line) ran
