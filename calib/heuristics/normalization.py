@@ -621,20 +621,26 @@ def fit_pair_bias(samples, c: Corrections) -> tuple[float, list]:
     return max(0.0, errs[int(BIAS_QUANTILE * len(errs))]), errs
 
 
+def _fit_parts(samples, device: str):
+    """(fit_corrections' factors, the few-rows group's errors, the Corrections with both biases, the
+    pair group's errors): one recipe for :func:`fit_all` (the left-out folds) and
+    :func:`corrections_document` (the shipped file), so that the two cannot drift apart."""
+    factors, bias, ratio = fit_corrections(samples)
+    c = Corrections({key: f for key, (f, _) in factors.items()}, bias, device=device)
+    pair, pair_errs = fit_pair_bias(samples, c)
+    return factors, ratio, dataclasses.replace(c, pair_bias=pair), pair_errs
+
+
 def fit_all(samples, device: str = "NVIDIA H200") -> Corrections:
     """The corrections, the few-rows bias and the pair bias fitted on :func:`recorded_samples`."""
-    factors, bias, _ = fit_corrections(samples)
-    c = Corrections({key: f for key, (f, _) in factors.items()}, bias, device=device)
-    return dataclasses.replace(c, pair_bias=fit_pair_bias(samples, c)[0])
+    return _fit_parts(samples, device)[2]
 
 
 def corrections_document(recordings, note: str = "", device: str = "NVIDIA H200") -> dict:
     """The JSON of CORRECTIONS_FILE fitted on ``recordings`` ((recording, profile) path pairs) of
     ``device``'s evaluations."""
-    samples = recorded_samples(recordings)
-    factors, bias, ratio = fit_corrections(samples)
-    c = Corrections({key: f for key, (f, _) in factors.items()}, bias, device=device)
-    pair, pair_errs = fit_pair_bias(samples, c)
+    factors, ratio, c, pair_errs = _fit_parts(recorded_samples(recordings), device)
+    bias, pair = c.persistent_bias, c.pair_bias
     return {"format": CORRECTIONS_FORMAT, "version": CORRECTIONS_VERSION, "note": note, "device": device,
             "fitted_on": [{"recording": str(r), "profile": str(p)} for r, p in recordings],
             "statistic": "median log(measured / plain_model_us) per kernel class, "
