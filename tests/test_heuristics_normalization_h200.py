@@ -178,13 +178,15 @@ def _bad(tmp_path, edit):
     lambda d: d["classes"][0].update(candidates=2),
     lambda d: d["classes"].append(dict(d["classes"][0])),
     lambda d: d["classes"][0].pop("vec"),
+    lambda d: d.update(pair_bias=10**400),  # an int no float holds: math.isfinite raised OverflowError
+    lambda d: d["classes"][0].update(log_factor=-10**400),
 ])
 def test_a_bad_corrections_file_is_an_error_naming_it(tmp_path, edit):
     _bad(tmp_path, edit)
 
 
 def test_a_missing_or_broken_corrections_file_is_an_error_naming_it(tmp_path):
-    for text in (None, "{", "[]"):
+    for text in (None, "{", "[]", '{"version": 1' + "0" * 5000 + "}"):  # past int()'s 4300 digits: ValueError
         p = tmp_path / "corr.json"
         if text is not None:
             p.write_text(text)

@@ -446,6 +446,15 @@ def _field(obj, name, kinds, where):
     return v
 
 
+def _float(v) -> float:
+    """``v`` as a float, an int too large for one (a hostile file's 10**400) as inf, which the
+    checks then refuse: math.isfinite would raise OverflowError on it."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.inf
+
+
 def load_corrections(path) -> Corrections:
     """The corrections at ``path``, checked field by field; a bad file is a CorrectionsError naming it."""
     from .registry import read_text
@@ -454,7 +463,7 @@ def load_corrections(path) -> Corrections:
     text = read_text(p, "normalization corrections", CorrectionsError)
     try:
         doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an int of > 4300 digits
         raise CorrectionsError(f"normalization corrections {p} is not JSON ({exc})") from None
     where = f"normalization corrections {p}"
     if not isinstance(doc, dict) or doc.get("format") != CORRECTIONS_FORMAT:
@@ -476,7 +485,7 @@ def load_corrections(path) -> Corrections:
             raise CorrectionsError(f"{w}: no such kernel ({strategy!r}, {dtype!r})")
         if _field(c, "candidates", int, w) < MIN_CLASS_CANDIDATES:
             raise CorrectionsError(f"{w}: fitted on {c['candidates']} candidates, fewer than {MIN_CLASS_CANDIDATES}")
-        f = _field(c, "log_factor", (int, float), w)
+        f = _float(_field(c, "log_factor", (int, float), w))
         if not math.isfinite(f) or abs(f) > 3:
             raise CorrectionsError(f"{w}: log_factor {f!r} is not a finite correction within e^+-3")
         key = (strategy, dtype, vec, buf)
@@ -484,7 +493,7 @@ def load_corrections(path) -> Corrections:
             raise CorrectionsError(f"{w}: {key} appears twice")
         factors[key] = float(f)
     for name, b in (("persistent_bias", bias), ("pair_bias", pair)):
-        if not math.isfinite(b) or not 0 <= b < 1:
+        if not math.isfinite(_float(b)) or not 0 <= b < 1:
             raise CorrectionsError(f"{where}: {name} {b!r} is not in [0, 1)")
     return Corrections(factors, float(bias), str(p), device, float(pair))
 
