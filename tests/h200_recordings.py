@@ -24,12 +24,13 @@ FOLDERS = {
     "J": ("2026-12-02-h200-heuristics-s3c1/seed7", 7, HOST4),
     "K": ("2026-12-02-h200-heuristics-s3c3/seed5", 5, HOST7),
     "L": ("2026-12-02-h200-heuristics-s3c3/seed8", 8, HOST7),
-    # the live check of session 3's final models (seed 9, unseen when it ran): fitted on by nothing
+    # the live check of session 3's final models (seed 9, unseen when it ran); since fitted on by
+    # normalization's corrections and pair bias (50fae4a) and split-K's margin (44f86bf)
     "M": ("2026-12-02-h200-heuristics-s3c6/seed9", 9, HOST7),
     # the live check of session 4's models (seed 10, unseen when it ran; the profile then shipped)
     "N": ("2026-12-02-h200-heuristics-s4c1/seed10", 10, HOST7),
 }
-FITTED = "ABCDEFGHIJKL"  # what the models and corrections were fitted or judged on
+FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
 
 
