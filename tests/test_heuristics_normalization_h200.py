@@ -266,7 +266,7 @@ def test_the_pair_bias_moves_i_s_layer_norm_and_only_its_group():
     """I's fp16 layer norm 964 x 12568 (8 rows per SM, 48.5 MB): the model ranks v8 x 32 at 512
     threads first (12.7 us; two blocks per SM; 17.5 measured) and multi-pass at 256 threads third
     (14.3; 14.4 measured, the best). With the pair bias the choice is that multi-pass; the same rows
-    past L2 (8x as many), one row per SM, or a block size with three per SM are outside the group."""
+    past L2 (8x as many), one row per SM, or 128 threads (five blocks per SM) are outside the group."""
     prof = _profile("I")
     q = q_of(prof)
     d = N.descriptor({"op": "layernorm", "rows": 964, "cols": 12568, "dtype": "float16"})
@@ -281,4 +281,5 @@ def test_the_pair_bias_moves_i_s_layer_norm_and_only_its_group():
                                ranked[0][1], q)
     assert not N.in_pair_group(N.descriptor({"op": "layernorm", "rows": 132, "cols": 12568, "dtype": "float16"}),
                                ranked[0][1], q)
-    assert not N.in_pair_group(d, Knobs(strategy="persistent", threads=128, vec=8, buffer=64), q)
+    k128 = Knobs(strategy="persistent", threads=128, vec=8, buffer=64)
+    assert N.blocks_per_sm(128, N.registers(d, k128, q)[0]) == 5 and not N.in_pair_group(d, k128, q)
