@@ -188,5 +188,18 @@ def selftest() -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--selftest"]:
         selftest()
+    elif len(sys.argv) == 3:
+        docs = []
+        for path in sys.argv[1:]:
+            try:  # a missing or broken file is a message, not a traceback
+                with open(path) as f:
+                    docs.append(json.load(f))
+            except (OSError, ValueError) as e:
+                raise SystemExit(f"{path}: {e}") from None
+        if not isinstance(docs[0], dict) or not isinstance(docs[0].get("shapes"), dict):
+            raise SystemExit(f"{sys.argv[1]}: not a cublaslt-heuristics probe (no 'shapes' object)")
+        if not isinstance(docs[1], dict):
+            raise SystemExit(f"{sys.argv[2]}: not a splitk-kernels trace (not an object)")
+        report(compare(*docs))
     else:
-        report(compare(json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))))
+        raise SystemExit(__doc__.split("\n\n")[1])

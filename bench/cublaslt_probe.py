@@ -236,9 +236,15 @@ def main(argv: list[str]) -> None:
     if len(argv) < 2:
         raise SystemExit("usage: probes.py cublaslt-heuristics SHAPES.json OUT.json [--time N] [--no-log]")
     shapes_path, out_path = argv[0], argv[1]
-    n_time = int(argv[argv.index("--time") + 1]) if "--time" in argv else 12
     t0 = time.perf_counter()
-    shapes = [tuple(int(x) for x in s) for s in json.load(open(shapes_path))]
+    try:  # a bad argument or shapes file is a message, not a traceback
+        n_time = int(argv[argv.index("--time") + 1]) if "--time" in argv else 12
+        with open(shapes_path) as f:
+            shapes = [tuple(int(x) for x in s) for s in json.load(f)]
+        if not all(len(s) == 3 and min(s) > 0 for s in shapes):
+            raise ValueError("every shape must be [m, n, k] of positive integers")
+    except (OSError, ValueError, TypeError, IndexError) as e:
+        raise SystemExit(f"cublaslt-heuristics: {shapes_path}: {e}") from None
     try:  # let CuPy's cuBLAS load its libcublasLt first, so the probe takes the very copy it uses
         import cupy as cp
         cp.matmul(cp.ones((2, 2), cp.float32).T, cp.ones((2, 2), cp.float32))

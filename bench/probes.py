@@ -69,7 +69,9 @@ def cublaslt_heuristics(*args: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "cublaslt-heuristics":
+    if sys.argv[1:2] == ["cublaslt-heuristics"]:
         cublaslt_heuristics(*sys.argv[2:])
-    else:
-        {"splitk-kernels": splitk_kernels}[sys.argv[1]](*sys.argv[2:4])
+    elif sys.argv[1:2] == ["splitk-kernels"] and len(sys.argv) >= 3:
+        splitk_kernels(*sys.argv[2:4])
+    else:  # was a KeyError or IndexError traceback
+        raise SystemExit(__doc__.split("\n\n")[1])
