@@ -396,7 +396,9 @@ BIAS_QUANTILE = 0.2
 # candidate at two resident blocks per SM (registers or threads allow no more) whose SM takes three or
 # more rows in turn, on a working set that L2 serves some of (P.streamed_l2_fraction > 0: up to 1.125x
 # the L2 capacity), outside the few-rows group. Over A-M the model's persistent/multi-pass error there
-# (e as for the few-rows bias, the fastest-ranked persistent candidate being of the group) is one-sided:
+# (e = log(measured / predicted) of persistent over multi-pass, of the fastest-ranked candidate of each
+# strategy, the persistent one being of the group; the few-rows bias instead takes each strategy's
+# fastest measured and fastest predicted apart, which here gives 0.129, not 0.147) is one-sided:
 # 12 problems on ten recordings, e +0.09..+0.31, the persistent candidate's own log error a median
 # +0.24 (-0.09..+0.39) where the multi-pass one's is +0.04 (-0.19..+0.10) (I's fp16 layer norm
 # 964 x 12568: v8 x 32 at 512 threads predicted 12.8 us, ran 17.5; multi-pass at 256 threads 14.4).
