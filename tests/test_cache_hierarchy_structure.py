@@ -4,6 +4,7 @@ quick #2) and host B (c2, quick #2), and host C's fit planted with such a struct
 ``cache_hierarchy.STRUCTURE_FACTOR``."""
 
 import math
+import sys
 import warnings
 from pathlib import Path
 
@@ -13,6 +14,9 @@ import pytest
 
 from calib import calibrations
 from calib.calibrations import cache_hierarchy as l2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from l2_planting import fitted_terms  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H200_L2 = 62914560
@@ -59,12 +63,7 @@ def _planted(grid, hinge, rng, share, length_octaves=0.5):
     """The fit's model with its variance function's scatter, a ``share`` of which is ±a(log2 W) by launch
     length (+ for the long, - for the short), a a Gaussian process in log2 W with an exponential kernel
     of ``length_octaves``; the rest independent. The bandwidth series keeps independent noise."""
-    w, b = grid.working_set_bytes.to_numpy(float), l2.bytes_read(grid)
-    x, p = np.log2(w), hinge.params
-    t = l2._model((x, b), *p)
-    slope = (l2._model((x + 1e-4, b), *p) - l2._model((x - 1e-4, b), *p)) / 2e-4
-    ws = (grid.series == "working_set").to_numpy()
-    m = l2.dram_share(x, p[3] + p[4], p[5], p[6])
+    x, b, t, slope, ws, m = fitted_terms(grid, hinge)
     sd = np.sqrt(((hinge.scatter[0] * (1 - m) * t) ** 2 + (hinge.scatter[1] * m * t) ** 2) * ws
                  + (hinge.scatter[2] * slope) ** 2 + (1.3e-3 * t) ** 2)
     kernel = np.exp(-np.abs(x[:, None] - x[None, :]) / length_octaves)

@@ -3,6 +3,7 @@
 sets to 8x L2, and the full suite of call 3 on another host, 192; the earlier 96- and 160-point grids
 to 4x L2), the plan's grids with the recorded model and scatter planted, and the simulated device."""
 
+import sys
 import warnings
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from calib import calibrations
 from calib.backends.sim import SimBackend
 from calib.calibrations import cache_hierarchy as l2
 from calib.sweep import frame_from
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from l2_planting import fitted_terms  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H200_L2 = 62914560
@@ -67,14 +71,9 @@ def _planted(grid, hinge, rng, rho=0.0):
     reads L2 and DRAM serve and a jitter of the working set (times the local slope), plus 0.13% of the
     points' own noise (six samples); with ``rho``, the scatter of neighbours of a launch length (two
     apart in size order) correlates as an AR(1) along every other working set."""
-    w, b = grid.working_set_bytes.to_numpy(float), l2.bytes_read(grid)
-    x, p = np.log2(w), hinge.params
-    t = l2._model((x, b), *p)
-    slope = (l2._model((x + 1e-4, b), *p) - l2._model((x - 1e-4, b), *p)) / 2e-4
-    ws = (grid.series == "working_set").to_numpy()
-    m = l2.dram_share(x, p[3] + p[4], p[5], p[6])
+    x, b, t, slope, ws, m = fitted_terms(grid, hinge)
     z = rng.standard_normal((4, len(t)))
-    order = np.argsort(w, kind="stable")
+    order = np.argsort(x, kind="stable")  # log2 W: the same order as W
     for a, c in zip(order[2:], order[:-2]):
         z[:3, a] = rho * z[:3, c] + np.sqrt(1 - rho**2) * z[:3, a]
     rel = ws * (hinge.scatter[0] * (1 - m) * z[0] + hinge.scatter[1] * m * z[1])
