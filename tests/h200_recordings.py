@@ -10,7 +10,7 @@ R = Path(__file__).resolve().parents[1] / "bench" / "results"
 HOST1 = "2026-12-01-h200-heuristics-seed0/profile-call3-full.json"
 HOST2 = "2026-12-01-h200-heuristics-after/profile-call5-full.json"  # B, C; D and E ran with the shipped copy
 HOST4 = "2026-12-01-h200-heuristics-live5/profile-call3-full.json"  # F, G; shipped when H, I and J ran
-HOST7 = "2026-12-02-h200-suites-session3/profile-full.json"  # shipped when K, L, M, N and O ran
+HOST7 = "2026-12-02-h200-suites-session3/profile-full.json"  # shipped when K-P ran
 FOLDERS = {
     "A": ("2026-12-01-h200-heuristics-seed0", 0, HOST1),
     "B": ("2026-12-01-h200-heuristics-after", 0, HOST2),
@@ -31,6 +31,8 @@ FOLDERS = {
     "N": ("2026-12-02-h200-heuristics-s4c1/seed10", 10, HOST7),
     # seed 11, unseen when it ran, with split-K asking cuBLASLt live (6148d09); the shipped profile
     "O": ("2026-12-02-h200-heuristics-s4c4/seed11", 11, HOST7),
+    # seed 12, unseen when it ran (the same code as O's and the same profile; a 13th host)
+    "P": ("2026-12-02-h200-heuristics-s4c5/seed12", 12, HOST7),
 }
 FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
