@@ -4,11 +4,12 @@ result for the 455 fp32 GEMMs of recordings A-L) replayed on A-L, the fallback w
 probe file's checks.
 
 Replayed with the oracle (H200, 2026-12-02), per recording geomean / worst before -> after: F
-0.987/0.712 -> 0.992/0.756, L 0.992/0.735 -> 0.997/0.894, every other one unchanged; M and N have no
-probed shapes (unchanged). The raise applies above the profile's fp32 ridge only, so the memory-bound
-predictor median is as without it on A-O (the raise everywhere had I 4.3 -> 5.1%, B 5.3 -> 5.5%, F
-3.6 -> 4.2%). Left out one seed at a time (the kernel factors and the split-1 tree refitted without
-the seed's shapes) L keeps 0.894, F's worst stays 0.712.
+0.987/0.712 -> 0.992/0.756, L 0.992/0.735 -> 0.997/0.894, every other one unchanged; M, N and O,
+whose shapes a second probe covers (S4C4_PROBE), unchanged too. The raise applies above the
+profile's fp32 ridge only, so the memory-bound predictor median is as without it on A-O (the raise
+everywhere had I 4.3 -> 5.1%, B 5.3 -> 5.5%, F 3.6 -> 4.2%). Left out one seed at a time (the kernel
+factors and the split-1 tree refitted without the seed's shapes) L keeps 0.894, F's worst stays
+0.712.
 """
 
 from __future__ import annotations
