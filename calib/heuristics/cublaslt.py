@@ -41,6 +41,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from ..errors import CalibError
 from .registry import HeuristicError
 
 # cublas_api.h (13.10 / 12.6): cublasStatus_t, cublasOperation_t, cublasComputeType_t.
@@ -87,7 +88,7 @@ class HeuristicResult(ctypes.Structure):
                 ("waves", ctypes.c_float), ("reserved", ctypes.c_int * 4)]
 
 
-class LtError(RuntimeError):
+class LtError(CalibError, RuntimeError):
     pass
 
 
