@@ -89,7 +89,7 @@ class HeuristicResult(ctypes.Structure):
 
 
 class LtError(CalibError, RuntimeError):
-    pass
+    """A cuBLASLt call failed or answered nonsense; ``choice`` turns it into None and one warning."""
 
 
 def candidate_libs() -> list[tuple[str, str]]:
