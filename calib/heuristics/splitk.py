@@ -76,8 +76,12 @@ class SplitKDescriptor(FamilyDescriptor):
     @property
     def memory_bound(self) -> bool:
         """Below the ridge of an H200-like machine (about 150 flops per byte for fp16 tensor cores)."""
-        nbytes = (self.m * self.k + self.k * self.n + self.m * self.n) * self.itemsize_bytes
-        return self.flops / nbytes < (150 if self.dtype == "float16" else 12)
+        return flops_per_byte(self.m, self.n, self.k, self.itemsize_bytes) < (150 if self.dtype == "float16" else 12)
+
+
+def flops_per_byte(m: int, n: int, k: int, itemsize_bytes: int) -> float:
+    """One GEMM's flops over the bytes of its operands and output."""
+    return 2.0 * m * n * k / ((m * k + k * n + m * n) * itemsize_bytes)
 
 
 descriptor = SplitKDescriptor.parse
@@ -478,11 +482,6 @@ def fp32_ridge_flops_per_byte(q) -> float:
     return peak / (P.dram_gbps(q, "read", 16) * 1e9)
 
 
-def fp32_flops_per_byte(m: int, n: int, k: int) -> float:
-    """One fp32 GEMM's flops over the bytes of its operands and output (as the descriptor counts them)."""
-    return 2.0 * m * n * k / ((m * k + k * n + m * n) * 4)
-
-
 def split1_fp32_us(q, m: int, n: int, k: int) -> float:
     """fp32 split 1: the fastest configuration with the traced-time correction
     (:func:`split1_log_factor`), raised to the time of the kernel cuBLAS will run where Lt's choice
@@ -510,7 +509,7 @@ def split1_fp32_us(q, m: int, n: int, k: int) -> float:
     the descriptor's memory-bound line (12 flop per byte) in every profile; H, J and L give back
     the raise's memory-bound gains (4.0 -> 4.4%, 4.1 -> 4.3%, 4.6 -> 4.8%)."""
     t = gemm_us(q, m, n, k, 4, 4, "simt") * math.exp(split1_log_factor(q, m, n, k))
-    if fp32_flops_per_byte(m, n, k) < fp32_ridge_flops_per_byte(q):
+    if flops_per_byte(m, n, k, 4) < fp32_ridge_flops_per_byte(q):
         return t
     c = lt_choice(q, m, n, k, "float32")
     t_choice = None if c is None else choice_us(q, m, n, k, c)
