@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 # The ctypes core (enum tables, the result struct, the Lt wrapper) is calib's: the split-K model asks
 # the same heuristic live on the GPU (calib/heuristics/cublaslt.py).
 from calib.heuristics.cublaslt import (  # noqa: E402
-    CLUSTER_NAMES, N_REQUESTED, STAGE_NAMES, TILE_NAMES, WORKSPACE_HOPPER_BYTES, HeuristicResult, Lt, LtError,
+    CLUSTER_NAMES, N_REQUESTED, PROBE_FORMAT, PROBE_VERSION, STAGE_NAMES, TILE_NAMES, WORKSPACE_HOPPER_BYTES,
+    HeuristicResult, Lt, LtError,
 )
 
 __all__ = ["CLUSTER_NAMES", "HeuristicResult", "LtError", "STAGE_NAMES", "TILE_NAMES", "check_header", "main"]
@@ -259,7 +260,8 @@ def main(argv: list[str]) -> None:
     print(f"enum tables checked against {checked}")
     lt.create()
     prefs = lt_prefs(lt)
-    out = {"library": lt.path, "found_by": lt.how, "version": lt.version, "device": device, "header": checked,
+    out = {"format": PROBE_FORMAT, "format_version": PROBE_VERSION, "library": lt.path, "found_by": lt.how,
+           "version": lt.version, "device": device, "header": checked,
            "workspace_bytes": WORKSPACE_HOPPER_BYTES, "requested": N_REQUESTED, "shapes": {}}
     failed = []
     for m, n, k in shapes:

@@ -210,14 +210,19 @@ def test_the_choice_predicts_the_issue_14_split1_misses(oracle):
     assert plain < 80 and 105 < with_choice < 125
 
 
+HEAD = '{"format": "calib.cublaslt-probe", "format_version": 1, '  # a probe file's opening
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("{", "is not JSON"),
     ('{"device": "NVIDIA H200"}', "expected an object with 'shapes'"),
-    ('{"shapes": {}}', "'device'"),
-    ('{"device": "NVIDIA H200", "shapes": {"1x2x3": {"m": 1, "n": 2, "k": 4, "results": []}}}', "do not match"),
-    ('{"device": "NVIDIA H200", "shapes": {"1x2x3": {"m": 1, "n": 2, "k": 3, "results": [{"tile": "64"}]}}}',
+    ('{"shapes": {}}', "format None"),
+    ('{"format": "calib.cublaslt-probe", "format_version": 2, "shapes": {}}', "format version 2"),
+    (HEAD + '"shapes": {}}', "'device'"),
+    (HEAD + '"device": "NVIDIA H200", "shapes": {"1x2x3": {"m": 1, "n": 2, "k": 4, "results": []}}}', "do not match"),
+    (HEAD + '"device": "NVIDIA H200", "shapes": {"1x2x3": {"m": 1, "n": 2, "k": 3, "results": [{"tile": "64"}]}}}',
      "tile must be"),
-    ('{"device": "NVIDIA H200", "shapes": {"1x2x3": {"m": 1, "n": 2, "k": 3, "results": '
+    (HEAD + '"device": "NVIDIA H200", "shapes": {"1x2x3": {"m": 1, "n": 2, "k": 3, "results": '
      '[{"tile": "64x64", "algo_id": 20, "splitk": 0}]}}}', "splitk"),
 ])
 def test_a_corrupt_probe_file_is_a_clear_error_naming_it(tmp_path, text, message):

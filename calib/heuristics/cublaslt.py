@@ -263,6 +263,11 @@ def load_probe(path) -> dict:
         raise HeuristicError(f"{where} is not JSON ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("shapes"), dict):
         raise HeuristicError(f"{where}: expected an object with 'shapes' (bench/probes.py cublaslt-heuristics)")
+    if doc.get("format") != PROBE_FORMAT:
+        raise HeuristicError(f"{where}: format {doc.get('format')!r}, expected {PROBE_FORMAT!r}")
+    version = doc.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= PROBE_VERSION:
+        raise HeuristicError(f"{where}: format version {version!r}; this calib reads 1 to {PROBE_VERSION}")
     device = doc.get("device")
     if not isinstance(device, str) or not device:
         raise HeuristicError(f"{where}: 'device' (the GPU it was asked on) must be a non-empty string")
@@ -282,6 +287,11 @@ def load_probe(path) -> dict:
             raise HeuristicError(f"{where}: shape {key!r}: {exc!r}"[:300]) from None
     return out
 
+
+# The probe file's format (bench/probes.py cublaslt-heuristics writes it): version 1 is the H200 probes
+# of 2026-12-02, stamped after they were written (their content is what the probe wrote).
+PROBE_FORMAT = "calib.cublaslt-probe"
+PROBE_VERSION = 1
 
 _state: dict = {"oracle": None, "cache": {}, "warned": set(), "lt": None}
 
