@@ -132,7 +132,7 @@ ENVIRONMENT = {"CUPY_TF32": "1"}
 DTYPES = ("fp16", "bf16", "tf32")
 # The simulated device shares the fit's model: TF32 below the regime's K runs at a fraction of the
 # parameter's rate (H200, 2026-12-01: 345 of 414 TFLOP/s below K = 5120); t0 as the H200's fits (17-22 us).
-# It can plant the slow start of the TF32 line (REMEASURE_FIRST; off by default): the first
+# It can plant the slow start of the TF32 line (REMEASURED; off by default): the first
 # tf32_early_points TF32 points of one measure call (the sim times a call's points in the order
 # given: in tests the whole plan) take tf32_early_slow_fraction longer (H200, 2026-12-02: 0.2-0.8%
 # over 3-13 points).
@@ -181,11 +181,10 @@ MIN_SETTLED = 3
 # dense grid is therefore measured again after the line and the fit takes the second measurement:
 # every fitted point in the state the line ends in. Repeating only the first 13 (the longest slow
 # stretch of session 3) left a line flagged in session 4 (quick #3: the whole first pass, 25 points
-# and 2.5 s, ran 0.2-0.55% slow), so all of it is (REMEASURE_FIRST = the whole dense grid). fp16 and
+# and 2.5 s, ran 0.2-0.55% slow), so all of it is. fp16 and
 # bf16, measured before TF32, showed no such start (their residuals are the same per-K offsets in
 # every run).
 REMEASURED = {"tf32": frozenset(_TF32_LARGE_K)}
-REMEASURE_FIRST = len(_TF32_LARGE_K)
 
 
 def param_name(dtype: str) -> str:
@@ -198,13 +197,13 @@ PARAMETERS = tuple(Param(param_name(d), "TFLOP/s", f"dense {d} matmul through cu
 
 def plan(suite: str, *, memory_bytes: int = 2**34, dtypes=DTYPES, **_) -> list[dict]:
     """The points of each type's line in the order they are measured (``measure_order``), then, for
-    the types in REMEASURED, the first REMEASURE_FIRST points of its dense grid measured again at the
+    the types in REMEASURED, the points of its dense grid measured again (in the same order) at the
     line's end (``"repeat": 1``): the fit takes those (``resolve_repeats``)."""
     out = []
     for d in dtypes:
         line = [{"calibration": ID, "dtype": d, "m": MN, "n": MN, "k": k} for k in measure_order(SUITES[suite][d])
                 if footprint_bytes({"dtype": d, "m": MN, "n": MN, "k": k}) < memory_bytes / 4]
-        again = [c for c in line if c["k"] in REMEASURED.get(d, ())][:REMEASURE_FIRST]
+        again = [c for c in line if c["k"] in REMEASURED.get(d, ())]
         out += line + [{**c, "repeat": 1} for c in again]
     return out
 
@@ -313,7 +312,7 @@ def large_k_regime(g):
 
 def resolve_repeats(g):
     """One type's sweep with one row per K: where K was measured again at the line's end (column
-    ``repeat``, see REMEASURE_FIRST), the repeat, unless it never settled and the first did; the rows
+    ``repeat``, see REMEASURED), the repeat, unless it never settled and the first did; the rows
     not taken, and a diagnostic: the K measured again and how much slower the first measurement
     of each ran than the taken one, in percent (the drift of the GPU's state the repeat removed)."""
     if "repeat" not in g or not (g["repeat"].fillna(0) > 0).any():
