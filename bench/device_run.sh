@@ -11,6 +11,9 @@
 #   heuristics     bench/heuristics_h200.sh (heuristics against exhaustive search)
 #   heuristics-seedN  the same on the problem set of seed N, into heuristics-seedN/
 #   verify-shipped calib verify --profile profiles/nvidia-h200.json (default thresholds)
+#   gpu-tests      the GPU tests again, as a step: after a fresh-machine suite (GPU_TESTS_TIMEOUT=1
+#                  skips them at the start, since they fill CuPy's kernel cache and the suite would
+#                  no longer run on a freshly started machine's empty one)
 # Step timeouts add up past the device tool's 600 s: ask for the steps that fit (GPU_TESTS_TIMEOUT,
 # BENCH_TIMEOUT, ... shorten them; DEADLINE_S=590 cuts the last step short at the call's end).
 # The device tool brings back at most 8 files: gpu.txt (nvidia-smi, GPU tests), summary.txt (each
@@ -65,6 +68,9 @@ for s in "${@:-quick}"; do
     verify-shipped)  # calib verify as a user runs it, against the profile shipped for this GPU
       step verify-shipped 60 sh -c "python3 -m calib verify --profile profiles/nvidia-h200.json --budget-s 10 \
         > $res/verify-shipped.txt 2>&1; echo exit \$? >> $res/verify-shipped.txt" ;;
+    gpu-tests)
+      step gpu-tests "${GPU_TESTS_STEP_TIMEOUT:-180}" python3 -m pytest -q -m gpu $gpu_tests
+      tail -15 "$res/gpu-tests.log" >> $OUT/gpu.txt ;;
     *) echo "unknown step $s" | tee -a $OUT/summary.txt ;;
   esac
 done
