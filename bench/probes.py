@@ -2,6 +2,7 @@
 
     python3 bench/probes.py splitk-kernels OUT.json [SHAPES.json]   # which kernels cuBLAS runs for fp32 GEMMs
     python3 bench/probes.py cublaslt-heuristics SHAPES.json OUT.json [--time N] [--no-log]   # what Lt would pick
+    python3 bench/probes.py splitk-batched-kernels OUT.json [SHAPES.json] [--max N]   # the split > 1 path's kernels
 
 splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
 (and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
@@ -11,12 +12,23 @@ model assumes cuBLAS's fastest configuration; the names say what it ran. SHAPES.
 
 cublaslt-heuristics: cublasLtMatmulAlgoGetHeuristic's ranked algos for the same GEMMs (bench/cublaslt_probe.py
 says how), what cuBLAS's gemm executed (Lt's trace log) and, for N shapes, cupy.matmul against Lt's first
-algo; bench/cublaslt_compare.py sets it against the traced kernels."""
+algo; bench/cublaslt_compare.py sets it against the traced kernels.
+
+splitk-batched-kernels: the split > 1 path exactly as the evaluation runs it (splitk.GpuCase.run: CuPy's
+copy of the transposed K-slices, its strided-batched FP32 GEMM of ``split`` products of K/split, the
+``splitk_sum`` reduction), traced the same way: every kernel's name, grid, block and duration, per split.
+The split-K model times the batched GEMM as its fastest SIMT configuration, which the recordings
+contradict for 16-row outputs (fp32 splits within 1.3x of the best ran a median 0.93x, p10 0.78x their
+prediction on A-P; 0.99x for outputs of more than 128 rows), and the misses below 0.85 are splits that
+won while predicted at most 1.19x faster than split 1. The names say which tile cuBLAS batched with.
+SHAPES.json: a list of [m, n, k, split]; by default every fp32 problem of the recorded evaluations
+(tests/h200_recordings.py, A-P) with each split that ran within 1.3x of its best (``batched_shapes``)."""
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 SPLITK_SHAPES = [(1168, 288, 3328), (320, 1424, 29440), (320, 560, 2304), (64, 1056, 19200), (288, 832, 1280),
                  (144, 272, 1792), (16, 720, 3584), (16, 5216, 5632), (16, 896, 38400), (4688, 48, 17152),
@@ -59,6 +71,75 @@ def splitk_kernels(out_path: str, shapes_path: str | None = None) -> None:
     print(f"{len(out)} of {len(shapes)} shapes traced into {out_path}")
 
 
+def batched_shapes(within: float = 1.3) -> list:
+    """[m, n, k, split] of the recordings' fp32 problems for every split > 1 that ran within ``within`` of
+    the problem's best, read from the committed evaluations (A-P; no unseen seed), without duplicates."""
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "tests"))
+    from h200_recordings import R, recordings
+
+    out = set()
+    for rec, _ in recordings("matmul_splitk").values():
+        for r in json.loads((R / rec).read_text())["rows"]:
+            d, t = r["descriptor"], r["times_us"]
+            if d["dtype"] != "float32":
+                continue
+            for key, us in t.items():
+                split = int(key.split("=")[1])
+                if split > 1 and us is not None and us <= within * r["best_us"]:
+                    out.add((d["m"], d["n"], d["k"], split))
+    return [list(x) for x in sorted(out)]
+
+
+def _trace(fn, calls: int = 5) -> list:
+    """The CUDA kernels of ``calls`` calls of ``fn`` (after three untraced), from torch.profiler."""
+    import os
+    import tempfile
+
+    import cupy as cp
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    cp.cuda.Device().synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        cp.cuda.Device().synchronize()
+    fd, f = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    prof.export_chrome_trace(f)
+    ev = [e for e in json.load(open(f))["traceEvents"] if e.get("cat") == "kernel"]
+    os.remove(f)
+    return [{"name": e["name"][:160], "grid": e["args"].get("grid"), "block": e["args"].get("block"),
+             "dur_us": round(e["dur"], 2)} for e in ev]
+
+
+def splitk_batched_kernels(out_path: str, *args: str) -> None:
+    import cupy as cp
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from calib.heuristics import splitk as SK
+
+    max_shapes = None
+    if "--max" in args:
+        i = args.index("--max")
+        max_shapes, args = int(args[i + 1]), args[:i] + args[i + 2:]
+    shapes = [tuple(s) for s in json.load(open(args[0]))] if args else batched_shapes()
+    shapes = shapes[:max_shapes]
+    torch.zeros(1, device="cuda")
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+    out = {"format": "calib.splitk-batched-kernels", "format_version": 1,
+           "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "calls": 5, "shapes": {}}
+    for m, n, k, split in shapes:
+        case = SK.GpuCase(SK.SplitKDescriptor(m, n, k, "float32"), sms)
+        out["shapes"][f"{m}x{n}x{k}/{split}"] = _trace(lambda c=case, s=split: c.run({"split": s}))
+        case.free()
+        json.dump(out, open(out_path, "w"), indent=1)  # after every shape: a call cut short keeps what ran
+    print(f"{len(out['shapes'])} of {len(shapes)} (shape, split) pairs traced into {out_path}")
+
+
 def cublaslt_heuristics(*args: str) -> None:
     import os
 
@@ -71,6 +152,8 @@ def cublaslt_heuristics(*args: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["cublaslt-heuristics"]:
         cublaslt_heuristics(*sys.argv[2:])
+    elif sys.argv[1:2] == ["splitk-batched-kernels"] and len(sys.argv) >= 3:
+        splitk_batched_kernels(*sys.argv[2:])
     elif sys.argv[1:2] == ["splitk-kernels"] and len(sys.argv) >= 3:
         splitk_kernels(*sys.argv[2:4])
     else:  # was a KeyError or IndexError traceback
