@@ -220,26 +220,55 @@ def test_the_split_margin_only_turns_choices_to_split_1_and_only_where_split_1_w
     assert {("C", (48, 1072, 26624)), ("D", (48, 1072, 26624)), ("C", (48, 2240, 6144))} <= set(split_48)
 
 
+SEEN = recordings("matmul_splitk", names=FITTED + "MNOP")  # seeds 0-12: every recording there is
+MARGINS = [round(0.70 + 0.01 * i, 2) for i in range(31)]  # 0.70-1.00; 1.00 is no margin
+
+
+def _predicted(rows, profile):
+    """Per row: (fastest predicted time, its split's name, split 1's predicted time, the row)."""
+    out = []
+    for r in rows:
+        d = SK.descriptor(r["descriptor"])
+        ranked = P.rank(SK.model_us, d, SK.space(d), profile)
+        out.append((ranked[0][0], ranked[0][1].autotune_name, next(t for t, k in ranked if k["split"] == 1), r))
+    return out
+
+
+def _efficiencies(predicted, margin):
+    """The heuristic's rule (splitk.heuristic) at ``margin``, from precomputed predictions."""
+    return [r["best_us"] / r["times_us"][name if name != "split=1" and t_best < margin * t1 else "split=1"]
+            for t_best, name, t1, r in predicted]
+
+
 def test_the_split_margin_left_out_one_seed_at_a_time(monkeypatch):
-    """With the split-1 correction fitted without each seed's shapes (as when that seed is unseen),
-    the margin makes no problem of that seed's recordings slower than the fastest prediction did,
-    and some faster (I's 48x496x22016 and K's 48x6720x512, 0.725 and 0.892 of the best before)."""
+    """Leave one seed out over seeds 0-12 (A-P), the margin chosen per fold: with the split-1
+    correction fitted without the held-out seed's shapes (as when that seed is unseen), the margin is
+    the one that keeps the other seeds' recordings' mean worst case highest (the middle of the tie;
+    MARGINS). Judged on the held-out seed, no problem runs slower than with the fastest prediction,
+    I's 48x496x22016 and K's 48x6720x512 (0.725 and 0.892 of the best before) run faster, and the
+    shipped SPLIT_MARGIN is in every fold's tie (the folds chose 0.81-0.90; 2026-12-02)."""
     kernels = json.loads(KERNELS.read_text())
     doc = SK.load_split1()
     qt = q_of(load_profile(ROOT / doc["profile"], device=None, software=None))
-    better = set()
-    for seed in sorted(set(SEEDS[n] for n in ALL)):
-        names = [n for n in ALL if SEEDS[n] == seed]
-        loaded = {n: _rows_and_profile(n) for n in names}
+    loaded = {n: (json.loads((R / rec).read_text())["rows"], load_profile(R / prof, device=None, software=None))
+              for n, (rec, prof) in SEEN.items()}
+    better, chosen = set(), {}
+    for seed in sorted(set(SEEDS[n] for n in SEEN)):
+        held = [n for n in SEEN if SEEDS[n] == seed]
         shapes = {(r["descriptor"]["m"], r["descriptor"]["n"], r["descriptor"]["k"])
-                  for rows, _ in loaded.values() for r in rows if r["descriptor"]["dtype"] == "float32"}
+                  for n in held for r in loaded[n][0] if r["descriptor"]["dtype"] == "float32"}
         monkeypatch.setitem(SK._split1, "doc", dict(doc, tree=SK.fit_split1_tree(kernels, qt, exclude=shapes)))
-        for name, (rows, profile) in loaded.items():
-            for r in rows:
-                t = r["times_us"]
-                with_margin = t[SK.heuristic(r["descriptor"], profile).autotune_name]
-                without = t[_fastest_predicted(r["descriptor"], profile).autotune_name]
-                assert with_margin <= without, (name, r["descriptor"])
-                if with_margin < without:
+        predicted = {n: _predicted(*loaded[n]) for n in SEEN}
+        score = {m: statistics.mean(min(_efficiencies(predicted[n], m)) for n in SEEN if n not in held)
+                 for m in MARGINS}
+        tied = [m for m in MARGINS if score[m] >= max(score.values()) - 1e-12]
+        chosen[seed] = tied[len(tied) // 2]
+        assert tied[0] <= SK.SPLIT_MARGIN <= tied[-1], (seed, tied)
+        for name in held:
+            with_margin, without = _efficiencies(predicted[name], chosen[seed]), _efficiencies(predicted[name], 1.0)
+            for (_, _, _, r), a, b in zip(predicted[name], with_margin, without):
+                assert a >= b, (name, r["descriptor"])
+                if a > b:
                     better.add((name, r["descriptor"]["m"], r["descriptor"]["n"], r["descriptor"]["k"]))
-    assert {("I", 48, 496, 22016), ("K", 48, 6720, 512)} <= better
+    assert {("I", 48, 496, 22016), ("K", 48, 6720, 512)} <= better, better
+    assert all(m < 1.0 for m in chosen.values()), chosen
