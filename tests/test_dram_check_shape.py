@@ -66,8 +66,14 @@ class FakeGpu:
         return DevArray(np.zeros(1024, np.uint32), self)
 
     def module(self, key, source, names):
-        self.compiled[key] = list(names)
+        if key not in self.compiled:
+            self.compile_modules([(key, source, names)])
         return SimpleNamespace(get_function=lambda name: self._kernel(name))
+
+    def compile_modules(self, specs):
+        self.batches = getattr(self, "batches", []) + [[key for key, *_ in specs]]
+        for key, _source, names in specs:
+            self.compiled.setdefault(key, list(names))
 
     def _kernel(self, name):
         def launch(grid, block, args, stream=None):
@@ -135,3 +141,4 @@ def test_prepare_compiles_every_candidate_the_tuner_times_and_launches_nothing()
             timed = {dram.kernel_name(kind, width, p) for p in dram.perf_configs(kind)}
             assert timed <= set(gpu.compiled[f"dram-{kind}-{width}"])
     assert len(gpu.compiled) == len(dram.KINDS) * len(dram.WIDTHS)
+    assert len(gpu.batches) == 1  # all at once: the backend compiles them in parallel

@@ -12,6 +12,7 @@ loops, clocks, a per-calibration scratch space); what to launch and how is each 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,10 @@ from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
 WARMUP_LAUNCHES = 3
 FREE_MEMORY_MARGIN = 0.9
+# Compiles in flight at once (compile_modules): memory_bandwidth's 15 modules on a 16-core H200 host.
+# Bounded because an NVRTC compile holds a few hundred MB of host memory (the reason gpuowl bounds
+# its parallel NVRTC build: github.com/gwoltman/gpuowl, pull request 32).
+MAX_COMPILE_THREADS = 16
 
 
 class CupyBackend(Backend):
@@ -111,18 +116,53 @@ class CupyBackend(Backend):
         return int(self._attr("multiProcessorCount"))
 
     # -- primitives for the calibrations' measurements --------------------------------------
-    def module(self, key: str, source: str, name_expressions):
-        """The RawModule of ``kernels/<source>`` with these template instances, compiled once per
-        backend under ``key`` (NVRTC, or CuPy's disk cache); RawModule compiles lazily, so the
-        first function is fetched here and compiling happens now, not inside a timed loop."""
-        mod = self._modules.get(key)
-        if mod is None:
-            names = list(name_expressions)
-            mod = self.cp.RawModule(code=(KERNELS / source).read_text(), options=("-std=c++17",),
-                                    name_expressions=names)
+    def module(self, key: str, source: str, name_expressions, *, code: str | None = None):
+        """The RawModule of ``kernels/<source>`` (or of ``code``) with these template instances,
+        compiled once per backend under ``key`` (NVRTC, or CuPy's disk cache); RawModule compiles
+        lazily, so the first function is fetched here and compiling happens now, not inside a timed
+        loop."""
+        if key not in self._modules:
+            self.compile_modules([(key, source, name_expressions, code)])
+        return self._modules[key]
+
+    def compile_modules(self, specs) -> None:
+        """Compile the modules of ``specs`` (``(key, source, names)`` or ``(key, source, names,
+        code)``, as for :meth:`module`) not yet compiled, several at once in threads.
+
+        Why threads: NVRTC is the cost on a fresh machine (CuPy's kernel cache empty), one core per
+        module, and memory_bandwidth's 15 modules compiled one after another took 4.8-6.1 s of its
+        prepare, which the host-timed notebook waits for (H200, session 4, 2026-12-02). CuPy 14.2
+        calls ``nvrtcCompileProgram`` inside ``with nogil`` (``compileProgram`` in
+        cupy_backends/cuda/libs/nvrtc.pyx), so the compiles run in parallel; it writes each cubin
+        to its disk cache atomically (a temporary file, then ``os.replace``: ``_write_encoded`` in
+        cupy/cuda/_compiler_cache.py), and each thread loads its module on this backend's device
+        (``Module.load`` makes the thread's context current: ``runtime._ensure_context``). The
+        first function of each is fetched here, in the calling thread, as :meth:`module` did."""
+        todo: dict[str, tuple] = {}
+        for spec in specs:
+            key, source, names, code = (*spec, None) if len(spec) == 3 else spec
+            if key not in self._modules and key not in todo:
+                todo[key] = (source, list(names), code)
+        if not todo:
+            return
+        jobs = list(todo.values())
+        if len(jobs) == 1:
+            built = [self._compile(*jobs[0])]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=min(len(jobs), MAX_COMPILE_THREADS, os.cpu_count() or 1)) as pool:
+                built = list(pool.map(lambda job: self._compile(*job), jobs))  # the first error propagates
+        for (key, (_, names, _)), mod in zip(todo.items(), built):
             if names:
                 mod.get_function(names[0])
             self._modules[key] = mod
+
+    def _compile(self, source: str, names: list, code: str | None):
+        with self.device:  # a new thread's current device is device 0
+            mod = self.cp.RawModule(code=code if code is not None else (KERNELS / source).read_text(),
+                                    options=("-std=c++17",), name_expressions=names)
+            mod.compile()
         return mod
 
     def buffers(self, key, make):
