@@ -66,6 +66,41 @@ def test_the_fastest_correct_candidate_wins_and_every_candidate_is_kept():
     assert len(result.measurements) == 4
 
 
+def test_lazy_check_checks_fastest_first_until_one_passes_and_a_wrong_fast_one_never_wins():
+    # SHAPES[3] is the fastest and computes the wrong thing, SHAPES[2] the next; SHAPES[5] is
+    # unsupported only by its check, which lazy checking never reaches (it is the slowest)
+    dev = _device([30.0, 25.0, 12.0, 11.0, 20.0, 40.0], broken=[canonical_json(SHAPES[3])],
+                  unsupported=[canonical_json(SHAPES[5])])
+    result = Tuner().tune(PROBLEM, SHAPES, dev.time, check=dev.check, lazy_check=True)
+    other = _device([30.0, 25.0, 12.0, 11.0, 20.0, 40.0], broken=[canonical_json(SHAPES[3])])
+    eager = Tuner().tune(PROBLEM, SHAPES, other.time, check=other.check)
+    assert result.winner == eager.winner == SHAPES[2] and result.timed_now
+    assert dev.checked == [canonical_json(SHAPES[3]), canonical_json(SHAPES[2])]  # fastest first, then stop
+    assert len(dev.timed) == 6  # every candidate timed, the wrong one too
+    wrong = result.candidates[3]
+    assert wrong.rejected_because == "wrong output: RuntimeError: element 1234 is 0.0, expected 0.42"
+    assert wrong.measurement is None  # dropped: nothing re-ranking the stored times can pick it
+    assert [c.checked for c in result.candidates] == [False, False, True, None, False, False]
+    assert len(result.measurements) == 5 and SHAPES[3] not in [m.protocol["perf_config"] for m in result.measurements]
+
+
+def test_lazy_check_ties_go_to_the_first_given_and_all_wrong_raises():
+    dev = _device([5.0, 2.0, 2.0, 2.0, 9.0, 9.0], broken=[canonical_json(SHAPES[1])])
+    result = Tuner().tune(PROBLEM, SHAPES, dev.time, check=dev.check, lazy_check=True)
+    assert result.winner == SHAPES[2] and dev.checked == [canonical_json(SHAPES[1]), canonical_json(SHAPES[2])]
+    everything = _device([1.0] * 6, broken=[canonical_json(s) for s in SHAPES])
+    with pytest.raises(NoCandidateSurvived, match="none of the 6 candidates"):
+        Tuner().tune(PROBLEM, SHAPES, everything.time, check=everything.check, lazy_check=True)
+    assert len(everything.checked) == 6
+    full = _device([1.0] * 6)
+
+    def no_memory(knobs):
+        raise DeviceOutOfMemory("needs 8 GiB of device memory; 1 GiB is free")
+
+    with pytest.raises(DeviceOutOfMemory):  # the device's fault, not the candidate's, lazily too
+        Tuner().tune(PROBLEM, SHAPES, full.time, check=no_memory, lazy_check=True)
+
+
 def test_candidate_measurements_carry_their_knobs_and_role_for_the_store():
     dev = _device([3.0, 2.0, 1.0, 4.0, 5.0, 6.0])
     result = Tuner().tune(PROBLEM, SHAPES, dev.time)
@@ -284,8 +319,12 @@ def test_dram_tunes_once_per_kind_and_width_on_a_problem_the_device_decides(dram
     assert all(c.protocol["role"] == "tuning" and c.protocol["tuned_on"] == problem for c in big.candidates)
     tuning_sizes = {size for _, size, tuning in gpu.timed if tuning}
     assert tuning_sizes == {problem["size_bytes"]}  # never at the size of whichever point came first
+    # checked fastest first until one passed: the planted broken shape (the fastest of all, timed),
+    # then the winner; the slower shapes timed and never checked
     checks = gpu.scratch(dram.ID)["checks"]
-    assert len(checks) == len(shapes) and broken not in [c.protocol["perf_config"] for c in small.candidates]
+    assert [perf for _, _, perf in checks] == [broken, winner]
+    assert broken in [knobs for knobs, _, tuning in gpu.timed if tuning]
+    assert broken not in [c.protocol["perf_config"] for c in big.candidates]  # its time is not stored
 
     other = FakeGpu()  # the same sweep in the other order, in another process: the same problem and winner
     first = dram.measure(other, _point("copy", 4 * other.l2_bytes))
