@@ -292,16 +292,17 @@ class HingeFit:
         return float(self.params[3] + self.params[4] + self.params[5])
 
     @staticmethod
-    def _x_end(p) -> float:
-        return share_at(END_SHARE, p[3] + p[4], p[5], p[6])
+    def _x_end(p, share: float = END_SHARE) -> float:
+        return share_at(share, p[3] + p[4], p[5], p[6])
 
     @property
     def x2(self) -> float:
         """log2 of the ramp's end: where DRAM serves END_SHARE of the steady state's reads."""
         return float(self._x_end(self.params))
 
-    def _grad(self, which: str):
-        """The gradient of x1, x2 (log2 bytes) or parameter i with respect to the parameters."""
+    def _grad(self, which: str, share: float = END_SHARE):
+        """The gradient of x1, x2 (log2 bytes; x2 at ``share``) or parameter i with respect to the
+        parameters."""
         grad = np.zeros(len(self.params))
         if which == "x1":
             grad[3] = 1.0
@@ -311,28 +312,28 @@ class HingeFit:
                 hi, lo = self.params.copy(), self.params.copy()
                 hi[i] += step
                 lo[i] -= step
-                grad[i] = (self._x_end(hi) - self._x_end(lo)) / (2 * step)
+                grad[i] = (self._x_end(hi, share) - self._x_end(lo, share)) / (2 * step)
         else:
             grad[int(which)] = 1.0
         return grad
 
-    def correlation_factor(self, which: str) -> float:
+    def correlation_factor(self, which: str, share: float = END_SHARE) -> float:
         """How much the residuals' correlation between neighbouring working sets widens this quantity's
         variance: the ratio of the two sandwich estimates, never below 1 (the Wald variance assumes
         independent residuals, which is the most it may claim)."""
         if self.sandwiches is None:
             return 1.0
-        grad = self._grad(which)
+        grad = self._grad(which, share)
         alone, lagged = (float(grad @ c @ grad) for c in self.sandwiches)
         return max(1.0, lagged / alone) if alone > 0 and np.isfinite(lagged) else 1.0
 
-    def _ci(self, value: float, which: str):
+    def _ci(self, value: float, which: str, share: float = END_SHARE):
         from scipy import stats
 
         q = stats.t.ppf(0.975, self.dof)
-        grad = self._grad(which)
+        grad = self._grad(which, share)
         var = float(grad @ self.cov @ grad) if np.all(np.isfinite(self.cov)) else float("nan")
-        var *= self.correlation_factor(which)
+        var *= self.correlation_factor(which, share)
         s = math.sqrt(var) if np.isfinite(var) and var >= 0 else float("nan")
         return value - q * s, value + q * s
 
@@ -340,6 +341,12 @@ class HingeFit:
         """95% CI of x1 or x2 (log2 bytes): the Wald variance (x2's by the delta method through its
         parameters) widened by the residuals' correlation along W."""
         return self._ci(self.x1 if which == "x1" else self.x2, which)
+
+    def ci_share_log2(self, share: float):
+        """log2 W at which DRAM serves ``share`` of the steady state's reads and its 95% CI, as for the
+        end (which is this at END_SHARE): what another definition of the end would report."""
+        x = float(self._x_end(self.params, share))
+        return x, self._ci(x, "x2", share)
 
     def ci(self, i):
         return self._ci(float(self.params[i]), str(i))
