@@ -75,9 +75,72 @@ def figures(frame, result, *, title) -> dict:
     return line_figures(result, title, {param_name(a): ("GB read", 1e9) for a in AXES})
 
 
+# The check's reference: float64 sums by kernels of calib's own, compiled in prepare. CuPy's
+# ``sum(dtype=float64)`` (and the ``got - ref`` and norms of the comparison) compile on first call,
+# inside the GPU turn, with no compile-only path (``_launch`` in cupy/_core/_reduction.pyx): on
+# fresh H200s the reductions notebook measured 3.4-4.0 s against 0.6-1.0 s with CuPy's kernel cache
+# warm (session 4, 2026-12-02). Rows: a block per row, a tree in shared memory; columns: a thread
+# per column over a slab of REFERENCE_SLAB rows, the slabs' sums added atomically, in float64.
+REFERENCE_THREADS = 256  # a power of two: the rows kernel halves its tree
+REFERENCE_SLAB = 1024
+REFERENCE_KEY = "reductions-reference"
+REFERENCE_CU = r"""
+extern "C" __global__ void reference_rows_f64(const float* __restrict__ in, double* __restrict__ out, int cols) {
+    __shared__ double part[256];
+    const float* row = in + (unsigned long long)blockIdx.x * cols;
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) acc += (double)row[i];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = part[0];
+}
+
+extern "C" __global__ void reference_cols_f64(const float* __restrict__ in, double* __restrict__ out, int rows,
+                                              int cols, int slab) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    const int r0 = blockIdx.y * slab;
+    const int r1 = min(rows, r0 + slab);
+    double acc = 0.0;
+    for (int r = r0; r < r1; ++r) acc += (double)in[(unsigned long long)r * cols + c];
+    atomicAdd(out + c, acc);
+}
+"""
+
+
+def reference_kernels(b):
+    return b.module(REFERENCE_KEY, None, [], code=REFERENCE_CU)
+
+
+def reference_sums(b, src, axis: str, rows: int, cols: int):
+    """Float64 sums of ``src`` along ``axis``, on the device once ``b.stream`` has run, by calib's
+    reference kernels: no CuPy kernel, so nothing compiles here."""
+    cp, mod = b.cp, reference_kernels(b)
+    ref = cp.empty(rows if axis == "inner" else cols, dtype=cp.float64)
+    if axis == "inner":
+        mod.get_function("reference_rows_f64")((rows,), (REFERENCE_THREADS,), (src, ref, np.int32(cols)),
+                                               stream=b.stream)
+    else:
+        ref.data.memset_async(0, ref.nbytes, b.stream)  # the slabs add into it
+        grid = (-(-cols // REFERENCE_THREADS), -(-rows // REFERENCE_SLAB))
+        mod.get_function("reference_cols_f64")(grid, (REFERENCE_THREADS,), (src, ref, np.int32(rows), np.int32(cols),
+                                                                            np.int32(REFERENCE_SLAB)), stream=b.stream)
+    return ref
+
+
+def relative_error(got_host, ref_host) -> float:
+    """‖got − ref‖ / ‖ref‖, on the host in float64."""
+    ref_host = np.asarray(ref_host, dtype=np.float64)
+    return float(np.linalg.norm(np.asarray(got_host, dtype=np.float64) - ref_host) / np.linalg.norm(ref_host))
+
+
 def measure(b, config: dict):
     """Inner or outer sum of a rows × cols fp32 matrix, two input sets alternated, checked against
-    CuPy's own sum before timing."""
+    float64 sums (reference_sums) before timing."""
     cp = b.cp
     axis, rows, cols = config["axis"], int(config["rows"]), int(config["cols"])
     if cols % 1024:
@@ -112,10 +175,10 @@ def measure(b, config: dict):
                    stream=b.stream)
     with b.stream:
         launch(0)
+        ref = reference_sums(b, src[0], axis, rows, cols)
         b.stream.synchronize()
         got = dst[0][:rows] if axis == "inner" else dst[0][:cols]
-        ref = src[0].sum(axis=1 if axis == "inner" else 0, dtype=cp.float64)
-        err = float(cp.linalg.norm(got - ref) / cp.linalg.norm(ref))
+        err = relative_error(got.get(), ref.get())
     if not err < 1e-5:
         raise RuntimeError(f"reduce_{axis} is wrong at {rows}x{cols}: relative error {err:.2e}")
 
@@ -127,9 +190,10 @@ def measure(b, config: dict):
 
 
 def prepare(b, configs):
-    """Compiles kernels/small.cu. The check's reference, CuPy's ``sum(axis=1, dtype=float64)``, is
-    not compiled here: CuPy compiles a reduction in the call that launches it (``_launch`` in
-    cupy/_core/_reduction.pyx; its CUB block reduction likewise, ``_launch_cub``), with no public
-    compile-only path, and prepare must launch nothing. On a fresh H200 (session 4, 2026-12-02)
-    the first inner point, which compiled it, took 2.77 s of the GPU turn (0.1 s once cached)."""
+    """Compiles kernels/small.cu and the check's reference kernels (REFERENCE_CU). The reference
+    was CuPy's ``sum(axis=1, dtype=float64)``, which CuPy compiles in the call that launches it
+    (``_launch`` in cupy/_core/_reduction.pyx; its CUB block reduction likewise, ``_launch_cub``),
+    with no public compile-only path: on a fresh H200 (session 4, 2026-12-02) the first inner
+    point, which compiled it, took 2.77 s of the GPU turn (0.1 s once cached)."""
     small_kernels(b)
+    reference_kernels(b)
