@@ -131,9 +131,10 @@ def test_the_structure_and_the_end_are_shared_by_hosts_c_and_e_and_not_by_host_b
     """The structure is the H200's, not a host's or a run's: host C's quick #2 (session 3) and host E's
     first ascending sweep (session 4 call 2, bench/l2_order_probe.py) correlate 0.87 by working set, as
     two sweeps on host E do (0.87), and put the end at 290.7 and 292.8 MB, 0.7% apart where each CI
-    says ±7.2-7.3%. Over the 15 recorded quick suites six hosts correlate 0.82-0.95 and their means of
-    the end lie within 287.7-295.6 MB (sd 1.0%); host B correlates 0.22-0.43 with all of them, and its
-    end, 315.3 MB ±3.5% here (unflagged), lies 8% above host C's."""
+    says ±7.2-7.3%. Over the 15 recorded quick suites hosts C and E-H correlate 0.82-0.93 with one
+    another, and the means of the end of those and host D lie within 287.7-295.6 MB (sd 1.0%); host B
+    correlates 0.22-0.43 with all of them, and its end, 315.3 MB ±3.5% here (unflagged), lies 8% above
+    host C's. See the module's docstring."""
     fits = {host: _fit(frame) for host, frame in (
         ("B", _sweep("c2")), ("C", _sweep("c5")),
         ("E", pd.read_csv(ROOT / "bench/results/2026-12-02-h200-suites-session4/call2/l2_ascending.csv")))}
