@@ -1,15 +1,17 @@
 """Split-K's fp32 split 1 from the kernel cuBLAS will run (calib/heuristics/cublaslt.py), on the CPU:
-the oracle of the committed H200 probe (bench/results/2026-12-02-h200-cublaslt/cublaslt.json, Lt's first
-result for the 455 fp32 GEMMs of recordings A-L) replayed on A-L, the fallback without a GPU, and the
-probe file's checks.
+the oracle of the committed H200 probes (bench/results/2026-12-02-h200-cublaslt/cublaslt.json, Lt's first
+result for the 455 fp32 GEMMs of recordings A-L, and S4C4_PROBE's 132 of M, N and O) replayed on A-O,
+the fallback without a GPU, and the probe file's checks.
 
-Replayed with the oracle (H200, 2026-12-02), per recording geomean / worst before -> after: F
-0.987/0.712 -> 0.992/0.756, L 0.992/0.735 -> 0.997/0.894, every other one unchanged; M, N and O,
-whose shapes a second probe covers (S4C4_PROBE), unchanged too. The raise applies above the
-profile's fp32 ridge only, so the memory-bound predictor median is as without it on A-O (the raise
-everywhere had I 4.3 -> 5.1%, B 5.3 -> 5.5%, F 3.6 -> 4.2%). Left out one seed at a time (the kernel
-factors and the split-1 tree refitted without the seed's shapes) L keeps 0.894, F's worst stays
-0.712.
+Replayed with the oracle (H200, 2026-12-02; the choice's kernel in whole waves where its grid is
+resident, splitk.LT_WHOLE_WAVES), per recording geomean / worst without -> with it: F 0.987/0.712 ->
+0.993/0.858, H 0.993/0.760 -> 0.996/0.845, L 0.992/0.735 -> 0.997/0.894, O 0.996/0.796 ->
+0.997/0.872; I 0.997/0.820 -> 0.996/0.754 and M 0.989 -> 0.988 (worst 0.685) fall, on the batched
+side (:func:`test_the_one_worst_case_the_choice_lowers_is_a_batched_misprediction`); every other one
+unchanged. The raise applies above the profile's fp32 ridge only, so the memory-bound predictor
+median is as without it on A-O (the raise everywhere had I 4.3 -> 5.1%, B 5.3 -> 5.5%, F 3.6 ->
+4.2%). Left out one seed at a time (the kernel factors and the split-1 tree refitted without the
+seed's shapes) F 0.858, H 0.845 and L 0.894 hold.
 """
 
 from __future__ import annotations
@@ -35,19 +37,23 @@ from h200_recordings import R, SEEDS, recordings  # noqa: E402
 
 ROOT = R.parents[1]
 PROBE = ROOT / SK.LT_PROBE_FILE
-NAMES = "ABCDEFGHIJKL"  # the recordings whose fp32 shapes the probe asked
-RECORDINGS = recordings("matmul_splitk", names=NAMES + "MN")
+NAMES = "ABCDEFGHIJKLMNO"  # the recordings whose fp32 shapes the two probes asked
+RECORDINGS = recordings("matmul_splitk", names=NAMES)
 # (geomean, worst) with the oracle, where it changed them; all others as without it
-CHANGED = {"F": (0.992, 0.756), "L": (0.997, 0.894)}
-MEETS_WORST = set("CDEGKL")  # worst >= 0.85 with the oracle (L newly)
-MEETS_MEMORY_BOUND = set("AFHIJKL")  # memory-bound median <= 5% with the oracle (as without it)
+CHANGED = {"F": (0.993, 0.858), "H": (0.996, 0.845), "I": (0.996, 0.754), "L": (0.997, 0.894), "M": (0.988, 0.685),
+           "O": (0.997, 0.872)}
+FELL = set("IM")  # of CHANGED, lower with the oracle (see the test named below)
+MEETS_WORST = set("CDEFGKLNO")  # worst >= 0.85 with the oracle (F, L, O newly)
+MEETS_MEMORY_BOUND = set("AFHIJKLN")  # memory-bound median <= 5% with the oracle (as without it)
 S4C4_PROBE = R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json"  # the fp32 shapes of M, N and O
 _results: dict = {}
 
 
 @pytest.fixture(scope="module")
 def oracle():
-    return CL.load_probe(PROBE)
+    both = CL.load_probe(PROBE)
+    both.update(CL.load_probe(S4C4_PROBE))
+    return both
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +82,8 @@ def test_oracle_replay_changes_only_where_it_should(name, oracle):
     got = (round(after["geomean_efficiency"], 3), round(after["worst_efficiency"], 3))
     if name in CHANGED:
         assert got == CHANGED[name]
-        assert got[1] > before["worst_efficiency"] + 0.04
+        if name not in FELL:
+            assert got[1] > before["worst_efficiency"] + 0.04
     else:
         assert got == (round(before["geomean_efficiency"], 3), round(before["worst_efficiency"], 3))
     assert after["choice_failed"] == 0 and after["geomean_efficiency"] >= 0.97
@@ -109,8 +116,7 @@ def test_below_the_ridge_the_choice_raises_nothing_above_it_it_does(oracle):
 def test_the_memory_bound_median_is_as_without_the_raise_on_a_to_o(oracle):
     """With both H200 probes as oracle, every recording A-O keeps its memory-bound predictor median
     (I 4.32%, B 5.32%, F 3.64%, where the raise everywhere gave 5.13, 5.46 and 4.17%)."""
-    both = dict(oracle)
-    both.update(CL.load_probe(S4C4_PROBE))
+    both = oracle
     names = "ABCDEFGHIJKLMNO"
     medians = {}
     for name, (rec, prof) in recordings("matmul_splitk", names=names).items():
@@ -131,10 +137,10 @@ def test_the_factors_are_the_fit_of_the_traced_kernels(oracle):
     assert SK.fit_lt_factors(json.loads((ROOT / SK.KERNELS_FILE).read_text()), oracle, q) == SK.LT_KERNEL_FACTOR
 
 
-def test_left_out_one_seed_at_a_time_no_worst_case_falls_and_l_rises(oracle, monkeypatch):
-    """Kernel factors and split-1 tree refitted without each seed's shapes (as when it is unseen):
-    no problem of that seed runs slower than without the oracle's choice but by the model's own ties,
-    no worst case falls, and L's (seed 8) rises 0.735 -> 0.894."""
+def test_left_out_one_seed_at_a_time_only_i_falls_and_f_h_l_o_rise(oracle, monkeypatch):
+    """Kernel factors and split-1 tree refitted without each seed's shapes (as when it is unseen),
+    over A-O: the held-out worst cases rise on F (0.712 -> 0.858), H (0.760 -> 0.845), L (0.735 ->
+    0.894) and O (0.796 -> 0.872), fall on I only (0.820 -> 0.754), the rest as without the oracle."""
     kernels = json.loads((ROOT / SK.KERNELS_FILE).read_text())
     doc = SK.load_split1()
     qt = q_of(load_profile(ROOT / doc["profile"], device=None, software=None))
@@ -153,9 +159,36 @@ def test_left_out_one_seed_at_a_time_no_worst_case_falls_and_l_rises(oracle, mon
                 with CL.use_oracle(o):
                     effs[which] = [r["best_us"] / r["times_us"][SK.heuristic(r["descriptor"], profile).autotune_name]
                                    for r in rows]
-            worst[name] = (min(effs["plain"]), min(effs["oracle"]))
-    assert all(after >= before for before, after in worst.values()), worst
-    assert worst["L"][0] < 0.74 and worst["L"][1] > 0.89
+            worst[name] = (round(min(effs["plain"]), 3), round(min(effs["oracle"]), 3))
+    assert {n for n, (before, after) in worst.items() if after < before} == {"I"}, worst
+    assert {n: worst[n] for n in "FHILO"} == {"F": (0.712, 0.858), "H": (0.76, 0.845), "I": (0.82, 0.754),
+                                              "L": (0.735, 0.894), "O": (0.796, 0.872)}, worst
+
+
+def test_the_one_worst_case_the_choice_lowers_is_a_batched_misprediction(oracle):
+    """On A-O, the oracle's choice makes two problems slower than without it: I's 64x544x42496
+    (split 1 ran 161 us, now predicted 167, was 142: split 16 chosen, predicted 120, ran 175) and
+    M's 32x4896x4096 (split 4 chosen, predicted 59, ran 72; split 1's raise overshoots it, 71 for 61).
+    Both are a split that ran at least 1.2x its prediction: the batched GEMM, which the model times as
+    its fastest configuration (bench/probes.py splitk-batched-kernels asks what it runs)."""
+    slower = {}
+    for name in NAMES:
+        rows = json.loads((R / RECORDINGS[name][0]).read_text())["rows"]
+        profile = load_profile(R / RECORDINGS[name][1], device=None, software=None)
+        q = q_of(profile)
+        for r in rows:
+            t = r["times_us"]
+            plain = SK.heuristic(r["descriptor"], profile)
+            with CL.use_oracle(oracle):
+                chosen = SK.heuristic(r["descriptor"], profile)
+                if t[chosen.autotune_name] > t[plain.autotune_name]:
+                    d = SK.descriptor(r["descriptor"])
+                    ran_over_predicted = t[chosen.autotune_name] / SK.model_us(d, chosen, q)
+                    slower[name, (d.m, d.n, d.k)] = (chosen["split"], ran_over_predicted,
+                                                     t["split=1"] / SK.model_us(d, {"split": 1}, q))
+    assert set(slower) == {("I", (64, 544, 42496)), ("M", (32, 4896, 4096))}, slower
+    assert all(split > 1 and ran_over_predicted > 1.2 for split, ran_over_predicted, _ in slower.values()), slower
+    assert 0.95 < slower["I", (64, 544, 42496)][2] < 1.0
 
 
 def test_without_a_gpu_the_choice_is_none_with_a_warning_and_the_model_is_unchanged(monkeypatch):
@@ -198,16 +231,20 @@ def test_the_oracle_wins_and_is_of_its_gpu_only(oracle):
     assert CL._state["oracle"] is None
 
 
-def test_the_choice_predicts_the_issue_14_split1_misses(oracle):
+def test_the_choice_predicts_the_issue_14_split1_misses(oracle, monkeypatch):
     """1168x288x3328 ran 135 us (H, split 1): the fastest configuration says 75, the choice's kernel
-    (its grid of 40x2x5 CTAs where 50 tiles x 5) about 113."""
+    (its grid of 40x2x5 CTAs where 50 tiles x 5, all resident: 4 on the busiest of 132 SMs) 139; in
+    fractional waves (3.03) it said 111."""
     q = q_of(load_profile(R / RECORDINGS["H"][1], device=None, software=None))
     d = SK.SplitKDescriptor(1168, 288, 3328, "float32")
     plain = SK.model_us(d, {"split": 1}, q)
     with CL.use_oracle(oracle):
         assert SK.lt_ctas(1168, 288, CL.choice(1168, 288, 3328, "float32", q.device_name)) == 400
         with_choice = SK.model_us(d, {"split": 1}, q)
-    assert plain < 80 and 105 < with_choice < 125
+        assert SK.lt_resident(1168, 288, CL.choice(1168, 288, 3328, "float32", q.device_name))
+        monkeypatch.setattr(SK, "LT_WHOLE_WAVES", False)
+        fractional = SK.model_us(d, {"split": 1}, q)
+    assert plain < 80 and 105 < fractional < 115 and 130 < with_choice < 145
 
 
 HEAD = '{"format": "calib.cublaslt-probe", "format_version": 1, '  # a probe file's opening
