@@ -167,11 +167,15 @@ def compile_report(b, buffered: list[int]) -> list[dict]:
     """Registers and spill bytes of the persistent softmax for each N, from the compiled kernels
     (CuPy backend)."""
     cp = b.cp
-    names = [f"persistent_softmax<{n}>" for n in buffered]
-    module = b.module(f"registers-{','.join(map(str, buffered))}", "persistent.cu", names)
+    specs = {n: (f"registers-{n}", "persistent.cu", [f"persistent_softmax<{n}>"]) for n in buffered}
+    # A module per N, compiled at once in threads (compile_modules): one module of every N took
+    # 6.1-7.5 s of NVRTC on a fresh H200 in the quick suite (session 4, 2026-12-02). A kernel's
+    # registers and spills are ptxas's allocation for that kernel alone, whichever module holds it.
+    b.compile_modules(list(specs.values()))
     out = []
-    for n, name in zip(buffered, names):
-        fn = module.get_function(name)
+    for n in buffered:
+        name = specs[n][2][0]
+        fn = b.module(*specs[n]).get_function(name)
         attrs = getattr(fn, "attributes", None) or {
             "num_regs": cp.cuda.driver.funcGetAttribute(4, fn.ptr),          # CU_FUNC_ATTRIBUTE_NUM_REGS
             "local_size_bytes": cp.cuda.driver.funcGetAttribute(3, fn.ptr)}  # ..._LOCAL_SIZE_BYTES
