@@ -377,7 +377,7 @@ def every_word_written(host_bytes, width: int) -> bool:
 
 def verify_kernels(b):
     """Check every copy and write shape of every width at once (check_shape), outside a sweep;
-    a sweep checks the shapes it tunes as it tunes them."""
+    a sweep checks the shapes it tunes fastest first until one passes (tune)."""
     for width, perf in itertools.product(WIDTHS, perf_configs("copy")):
         check_shape(b, "copy", width, perf)
         if perf["layout"] in LAYOUTS:
