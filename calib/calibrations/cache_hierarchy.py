@@ -70,12 +70,15 @@ standard deviation of 3.0-4.5%) say. The six hosts that share the structure have
 MB (standard deviation 1.0%), runs on one host differ by 0.95% (pooled standard deviation), a quick
 suite and the full one on the same host by 0.3-3.0%, and the two interleaved halves of a full run's
 grid (127-128 working sets each) by 1.5-5.2%, the second above the first on all five full runs: a
-fixed structure projected onto two grids. STRUCTURE_FACTOR's planting draws the structure afresh for
-every calibration, which no recorded repetition does; its 6.4% is the error of a device whose fine
-structure is unknown, not one these hosts showed (an error common to all six no repetition of them can
-show). Host B, unflagged at ±3.4-3.5%, puts the end at
-308-315 MB, 5.7-8.0% above the others (its DRAM plateau is 4471-4479 GB/s where theirs is 4577-4690):
-the one CI the recordings contradict, if its end and theirs are the same quantity.
+fixed structure projected onto two grids. Taken as a sample of that fixed curve (64 of a full run's 128
+launch pairs drawn at random, 20 times, the spread times sqrt 2 for an independent sample), 128 working
+sets give ends whose standard deviation is 1.9-3.0% on hosts D-H and 1.5% on host B, where those fits'
+CIs claim 3.2-4.0% (1.5%), their Wald part alone 2.2-2.7% (1.3%). STRUCTURE_FACTOR's planting draws
+the structure afresh for every calibration, which no recorded repetition does; its 6.4% is the error
+of a device whose fine structure is unknown, not one these hosts showed (an error common to all six no
+repetition of them can show). Host B, unflagged at ±3.4-3.5%, puts the end at 308-315 MB, 5.7-8.0%
+above the others (its DRAM plateau is 4471-4479 GB/s where theirs is 4577-4690): the one CI the
+recordings contradict, if its end and theirs are the same quantity.
 ``memory.l2.read_bandwidth_gbps`` comes from a second, short series at one working set well inside
 L2 (a quarter of the reported size) with the bytes per launch varied from 0.25 to 4 GiB: a straight
 line t = t0 + bytes/BW whose slope CI is inverted, as for DRAM. The hinge's own plateau estimate
