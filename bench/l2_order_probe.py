@@ -6,8 +6,17 @@ With ``--phases``: the quick plan's working sets shifted by 0, 1/4, 1/2 and 3/4 
 fixed in W (hosts C-H correlate 0.82-0.93, 2026-12-02; see the cache_hierarchy docstring), so a fixed
 grid sees one projection of it: the spread of the end over the phases is the error a grid of this
 density makes on it, which no repetition on one grid shows (a full run's two interleaved half-grids:
-1.5-5.2% apart). ``python bench/l2_order_probe.py [sim] [--phases]``; CSVs of the points go to $OUT."""
+1.5-5.2% apart).
+
+With ``--dense``: the quick plan as it is (128 working sets, WORKING_SET_SAMPLES a point), then 256 working
+sets (the full suite's grid) with 3 and with 6 samples a point, each sweep's wall time printed: what the
+full count would cost the quick suite, and the end's CI it gives. A fixed structure is sampled better by
+more working sets (a full run's 128-point half-samples: sd 1.9-3.0% on hosts D-H; the full runs' CIs
+±4.3-4.9%), and a point's own noise (an se of 0.06-0.13%) is small beside it, so fewer samples may pay for
+more points (the simulated device times its points by its own rule: there the sample counts do not
+apply). ``python bench/l2_order_probe.py [sim] [--phases | --dense]``; CSVs of the points go to $OUT."""
 import math
+import time
 import os
 import sys
 import warnings
@@ -26,6 +35,7 @@ else:
 out = os.environ.get("OUT", "/tmp")
 configs = l2.plan("quick", l2_bytes=b.l2_bytes, memory_bytes=b.memory_bytes)
 n = len(configs)
+samples = {}  # sweep name -> samples a working-set point, where not WORKING_SET_SAMPLES
 
 
 def shifted(fraction):
@@ -45,6 +55,11 @@ def shifted(fraction):
 
 if "--phases" in sys.argv[1:]:
     sweeps = {f"phase{f:g}": shifted(f) for f in (0, 0.25, 0.5, 0.75)} | {"phase0again": shifted(0)}
+elif "--dense" in sys.argv[1:]:
+    full = l2.plan("full", l2_bytes=b.l2_bytes, memory_bytes=b.memory_bytes)
+    dense = [c for c in full if c["series"] == "working_set"] + [c for c in configs if c["series"] == "bandwidth"]
+    sweeps = {"quick128x6": configs, "dense256x3": dense, "dense256x6": dense}
+    samples = {"dense256x3": 3}
 else:
     orders = {"ascending": list(range(n)), "descending": list(range(n))[::-1],
               "shuffled": list(np.random.default_rng(0).permutation(n))}
@@ -52,7 +67,11 @@ else:
               for name in ("ascending", "descending", "shuffled", "ascending2")}
 res, ends = {}, {}
 for name, cs in sweeps.items():
+    l2.WORKING_SET_SAMPLES, planned = samples.get(name, l2.WORKING_SET_SAMPLES), l2.WORKING_SET_SAMPLES
+    start = time.perf_counter()
     fr = frame_from(cs, b.measure(cs))
+    wall_s = time.perf_counter() - start
+    l2.WORKING_SET_SAMPLES = planned
     fr.to_csv(f"{out}/l2_{name}.csv", index=False)
     r = calibrations.fit(l2.ID, fr)
     h = r.models["hinge"]
@@ -66,12 +85,13 @@ for name, cs in sweeps.items():
     ends[name] = e["value"]
     pm = lambda q: (q["ci95"][1] - q["ci95"][0]) / 2 / q["value"]
     print(f"{name:11s} end {e['value']/1e6:6.1f} MB ±{pm(e):.1%} x{e['diagnostics']['end_ci_correlation_factor']:.2f}"
-          f" cap {c['value']/1e6:5.1f} ±{pm(c):.1%} lag1-4 {ac} flags {len(e['flags'])}", flush=True)
+          f" cap {c['value']/1e6:5.1f} ±{pm(c):.1%} lag1-4 {ac} flags {len(e['flags'])} measured in {wall_s:.2f} s",
+          flush=True)
 if "--phases" in sys.argv[1:]:
     logs = np.log([ends[f"phase{f:g}"] for f in (0, 0.25, 0.5, 0.75)])
     print(f"end over the four phases: sd {np.std(logs, ddof=1):.2%}, range {np.ptp(logs):.2%}; "
           f"phase 0 twice: {abs(math.log(ends['phase0'] / ends['phase0again'])):.2%} apart")
-else:
+elif "--dense" not in sys.argv[1:]:
     for a, c in (("ascending", "ascending2"), ("ascending", "descending"), ("ascending", "shuffled")):
         j = res[a].index.intersection(res[c].index)
         print(f"r(residuals by W) {a} vs {c}: {np.corrcoef(res[a][j], res[c][j])[0, 1]:+.2f}")
