@@ -79,6 +79,12 @@ def test_the_modules_of_a_prepare_compile_at_once_each_once_on_the_device():
     assert b.module("m3", "dram.cu", ["k3<1>", "k3<2>"]) is b._modules["m3"] and len(cp.compiled) == 6
 
 
+def test_max_threads_bounds_the_compiles_in_flight():
+    cp = FakeCupy()
+    _backend(cp).compile_modules([(f"m{i}", "dram.cu", [f"k{i}"]) for i in range(6)], max_threads=2)
+    assert cp.most_in_flight == 2 and len(cp.compiled) == 6
+
+
 def test_one_module_compiles_in_the_calling_thread_from_its_file_or_its_code():
     cp = FakeCupy()
     b = _backend(cp)

@@ -14,8 +14,9 @@ class FakeGpu:
         self.batches, self.modules = [], {}
         self.cp = SimpleNamespace()
 
-    def compile_modules(self, specs):
+    def compile_modules(self, specs, *, max_threads=16):
         self.batches.append([key for key, *_ in specs])
+        self.max_threads = max_threads
         for key, source, names in specs:
             assert source == "persistent.cu"
             self.modules[key] = list(names)
@@ -34,7 +35,7 @@ def test_every_n_compiles_in_one_batch_a_module_each_and_reports_in_plan_order()
     gpu = FakeGpu()
     plan = registers.SUITES["quick"]
     report = registers.compile_report(gpu, plan)
-    assert gpu.batches == [[f"registers-{n}" for n in plan]]
+    assert gpu.batches == [[f"registers-{n}" for n in plan]] and gpu.max_threads == registers.COMPILE_THREADS
     assert all(names == [f"persistent_softmax<{n}>"] for n, names in zip(plan, gpu.modules.values()))
     assert [r["buffered"] for r in report] == plan
     assert report[0] == {"buffered": 2, "registers": 18, "spill_bytes": 0}

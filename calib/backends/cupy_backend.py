@@ -125,7 +125,7 @@ class CupyBackend(Backend):
             self.compile_modules([(key, source, name_expressions, code)])
         return self._modules[key]
 
-    def compile_modules(self, specs) -> None:
+    def compile_modules(self, specs, *, max_threads: int = MAX_COMPILE_THREADS) -> None:
         """Compile the modules of ``specs`` (``(key, source, names)`` or ``(key, source, names,
         code)``, as for :meth:`module`) not yet compiled, several at once in threads.
 
@@ -137,7 +137,8 @@ class CupyBackend(Backend):
         to its disk cache atomically (a temporary file, then ``os.replace``: ``_write_encoded`` in
         cupy/cuda/_compiler_cache.py), and each thread loads its module on this backend's device
         (``Module.load`` makes the thread's context current: ``runtime._ensure_context``). The
-        first function of each is fetched here, in the calling thread, as :meth:`module` did."""
+        first function of each is fetched here, in the calling thread, as :meth:`module` did.
+        ``max_threads`` bounds the compiles in flight."""
         todo: dict[str, tuple] = {}
         for spec in specs:
             key, source, names, code = (*spec, None) if len(spec) == 3 else spec
@@ -151,7 +152,7 @@ class CupyBackend(Backend):
         else:
             from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(max_workers=min(len(jobs), MAX_COMPILE_THREADS, os.cpu_count() or 1)) as pool:
+            with ThreadPoolExecutor(max_workers=min(len(jobs), max_threads, os.cpu_count() or 1)) as pool:
                 built = list(pool.map(lambda job: self._compile(*job), jobs))  # the first error propagates
         for (key, (_, names, _)), mod in zip(todo.items(), built):
             if names:

@@ -39,6 +39,11 @@ SIM_DEFAULTS = {"sim.registers.per_element": 1.0, "sim.registers.jitter": 1.5}
 # Compiling is the cost (NVRTC took 16 s for 22 kernels on the H200 machine): the quick grid
 # samples the linear stretch and brackets the spill coarsely; the full grid is fine throughout.
 SUITES = {"quick": [2, 8, 16, 24, 32, 40, 48, 56, 64, 128, 192, 224, 240, 256], "full": list(range(2, 257, 4))}
+# Compiles in flight at once. Fewer than the host's cores: this notebook compiles after the
+# host-timed one has measured, while the others measure, and the DRAM shape search's host loop
+# (about 1.8 ms a shape beside its GPU time, session 4's fresh H200 suites) is on the run's
+# critical path; on a 16-core H200 host 4 leave it the rest.
+COMPILE_THREADS = 4
 # Where the line is sought: the quick grid's sparse points past 64 only bracket the spill (a line
 # grown from 64 to 128 cannot tell a plateau from a slope); the full grid is dense everywhere.
 LINE_MAX_N = {"quick": 64, "full": None}
@@ -168,10 +173,10 @@ def compile_report(b, buffered: list[int]) -> list[dict]:
     (CuPy backend)."""
     cp = b.cp
     specs = {n: (f"registers-{n}", "persistent.cu", [f"persistent_softmax<{n}>"]) for n in buffered}
-    # A module per N, compiled at once in threads (compile_modules): one module of every N took
-    # 6.1-7.5 s of NVRTC on a fresh H200 in the quick suite (session 4, 2026-12-02). A kernel's
+    # A module per N, compiled in COMPILE_THREADS threads (compile_modules): one module of every N
+    # took 6.1-7.5 s of NVRTC on a fresh H200 in the quick suite (session 4, 2026-12-02). A kernel's
     # registers and spills are ptxas's allocation for that kernel alone, whichever module holds it.
-    b.compile_modules(list(specs.values()))
+    b.compile_modules(list(specs.values()), max_threads=COMPILE_THREADS)
     out = []
     for n in buffered:
         name = specs[n][2][0]
