@@ -2,7 +2,7 @@
 
     python3 bench/probes.py splitk-kernels OUT.json [SHAPES.json]   # which kernels cuBLAS runs for fp32 GEMMs
     python3 bench/probes.py cublaslt-heuristics SHAPES.json OUT.json [--time N] [--no-log]   # what Lt would pick
-    python3 bench/probes.py splitk-batched-kernels OUT.json [SHAPES.json] [--max N]   # the split > 1 path's kernels
+    python3 bench/probes.py splitk-batched-kernels OUT.json [SHAPES.json] [--start I] [--max N]   # split > 1's kernels
 
 splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
 (and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
@@ -122,12 +122,14 @@ def splitk_batched_kernels(out_path: str, *args: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from calib.heuristics import splitk as SK
 
-    max_shapes = None
-    if "--max" in args:
-        i = args.index("--max")
-        max_shapes, args = int(args[i + 1]), args[:i] + args[i + 2:]
+    opts = {}
+    for flag in ("--start", "--max"):  # a part of the list per call: --start 300 --max 300
+        if flag in args:
+            i = args.index(flag)
+            opts[flag], args = int(args[i + 1]), args[:i] + args[i + 2:]
     shapes = [tuple(s) for s in json.load(open(args[0]))] if args else batched_shapes()
-    shapes = shapes[:max_shapes]
+    start = opts.get("--start", 0)
+    shapes = shapes[start:start + opts["--max"] if "--max" in opts else None]
     torch.zeros(1, device="cuda")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     out = {"format": "calib.splitk-batched-kernels", "format_version": 1,

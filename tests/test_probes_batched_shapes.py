@@ -1,0 +1,37 @@
+"""bench/probes.py splitk-batched-kernels' default list (CPU only): the fp32 (shape, split) pairs of
+the committed split-K evaluations whose split ran within 1.3x of the problem's best."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+import probes  # noqa: E402
+from h200_recordings import R, recordings  # noqa: E402
+
+
+def test_batched_shapes_are_the_recorded_fp32_splits_near_the_best():
+    shapes = probes.batched_shapes()
+    assert len(shapes) == len({tuple(s) for s in shapes}) > 500
+    assert all(split in (2, 4, 8, 16, 32) and k % split == 0 for _, _, k, split in shapes)
+    # the misses' winning splits are asked: A/B's 16x720x3584 split 8, M's 16x6144x6656 split 8, I's split 32
+    assert {(16, 720, 3584, 8), (16, 6144, 6656, 8), (64, 544, 42496, 32)} <= {tuple(s) for s in shapes}
+    # every pair is an fp32 problem of A-P whose split ran within 1.3x of its best, and no fp16 one
+    near = set()
+    for rec, _ in recordings("matmul_splitk").values():
+        for r in json.loads((R / rec).read_text())["rows"]:
+            d = r["descriptor"]
+            for key, us in r["times_us"].items():
+                s = int(key.split("=")[1])
+                if d["dtype"] == "float32" and s > 1 and us is not None and us <= 1.3 * r["best_us"]:
+                    near.add((d["m"], d["n"], d["k"], s))
+    assert {tuple(s) for s in shapes} == near
+    assert (64, 544, 42496, 2) not in near  # split 2 ran 842 us, 6.4x split 32's 132
+
+
+def test_a_tighter_bound_asks_fewer():
+    assert len(probes.batched_shapes(1.05)) < len(probes.batched_shapes())
