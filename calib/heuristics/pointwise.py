@@ -147,11 +147,14 @@ REGISTERS = {
 #   with the busiest SM's issue slots counted per iteration in compute_us, less of that tail is left to it);
 # - L2_WIDTH_EXP: narrow accesses lose more at L2 than at DRAM: L2 bandwidth times
 #   (DRAM(width) / DRAM(16 B)) ** 2.2;
-# - COVER_L2, STRIDE_L2: where, in multiples of ``memory.l2.capacity_bytes``, a working set streamed once per
-#   call (inputs and the written output) stops being served by L2, linearly between the two. A cover grid
-#   sweeps the tensor in strict order, LRU's worst case, and loses L2 from 0.57 [0.75] of the capacity (DRAM
-#   from 1.18); a grid-stride loop's persistent blocks drift apart and keep all hits to 0.84 of it, none past
-#   1.19 [1.38];
+# - COVER_L2, STRIDE_L2: where, in multiples of the L2 scale (:func:`calib.heuristics.predictor.l2_scale_bytes`:
+#   0.70 of the hardware L2, 44.0 MB on the H200), a working set streamed once per call (inputs and the written
+#   output) stops being served by L2, linearly between the two. A cover grid sweeps the tensor in strict order,
+#   LRU's worst case, and loses L2 from 0.57 [0.75] of the scale (DRAM from 1.18); a grid-stride loop's
+#   persistent blocks drift apart and keep all hits to 0.84 of it, none past 1.19 [1.38]. They were fitted in
+#   multiples of each recording's measured ``memory.l2.capacity_bytes`` (43.4-47.1 MB on A-J); keyed on it,
+#   a profile that measured 36.9 MB (session 4's full runs, 2026-12-02) put N's 43.9 MB fp64 mul past
+#   STRIDE_L2 and chose a cover grid at 0.745 of the best (predictor.L2_SHARE says more);
 # - OCCUPANCY_THREADS: the resident threads per SM that hide the ALU latency of exp and sigmoid (580 [740]);
 # - INDEX_SLOTS: issue slots per vector access for its address, bounds and loop (8.0 [14.6]), and SWITCH_SLOTS:
 #   issue slots per element of the op switch (2.8): its compares and branches take issue slots as well as
@@ -189,20 +192,22 @@ HALF_UNROLL_SLOTS = 5.3
 # - the rest of the ept-2 loss (binary ops and relu: the model's median ratio is still 0.97-1.01x) it does not
 #   explain, so the choice carries it: EPT_MARGIN[level] is the 90th percentile, over the recorded problems of
 #   that level, of the model's error on the log gap between its best-ranked ept>1 candidate and its best-ranked
-#   ept-1 cover candidate (:func:`demonstrated_margins`, 1000 problems: 0.049 below 0.1 of the L2 capacity, 0.135
-#   from there to 0.9, 0.075 beyond). Leaving each problem set out of both the fit and the margins, the held-out
+#   ept-1 cover candidate (:func:`demonstrated_margins`, 1000 problems: 0.049 below 0.1 of the L2 scale, 0.143
+#   from there to 0.9, 0.077 beyond; 0.135 and 0.075 when the levels were in multiples of each recording's
+#   measured capacity). Leaving each problem set out of both the fit and the margins, the held-out
 #   worst case is 0.904-0.941 (0.824-0.937 before), geomean 0.988-0.992 (0.984-0.990).
-EPT_MARGIN = {"launch": 0.049, "l2": 0.135, "dram": 0.075}
+EPT_MARGIN = {"launch": 0.049, "l2": 0.143, "dram": 0.077}
 # The same measure for a persistent grid against a cover one (both one vector per thread): on L2-resident
-# tensors the model's error on that gap has a 90th percentile of 0.093 (192 problems, up to 0.178: fp64 relu of
+# tensors the model's error on that gap has a 90th percentile of 0.106 (0.093 with the levels in multiples of the
+# measured capacity; 192 problems then, up to 0.178: fp64 relu of
 # 1052230 and 1531768 elements on 4 blocks of 512 per SM ran 6.25 and 7.25 us where it said 5.03 and 5.94), and
 # the grid keeps nothing of L2 that a cover grid loses there. Past 0.9 of the L2 it carries none: there the L2 a
 # grid-stride loop keeps (COVER_L2, STRIDE_L2) is a real gain of up to 1.22x (20 problems above 1.02x) that the
 # same percentile (0.105) would give away (with a margin at every level, leaving each seed out: worst 0.818);
 # below 0.1 its error is
 # under 0.01. With the L2 margin, leaving each seed out: geomean 0.988-0.993, worst 0.907-0.941 (0.904 without).
-STRIDE_MARGIN = {"l2": 0.093}
-LEVELS = (0.1, 0.9)  # working set / L2 capacity: launch-bound, L2-resident, past L2 (the margins' levels)
+STRIDE_MARGIN = {"l2": 0.106}
+LEVELS = (0.1, 0.9)  # working set / L2 scale: launch-bound, L2-resident, past L2 (the margins' levels)
 # fp32 issue slots per element (the FMA pipe's rate, ``compute.fp32.fma_tflops`` / 2): the cheap ops
 # are a conversion and an op; expf (range reduction, ex2, scaling) and sigmoid (expf and an IEEE
 # divide) from the compute-bound H200 rows of 2026-12-01 (fp16 sigmoid of 71M and 196M elements at
@@ -255,7 +260,7 @@ def model_us(d: PointwiseDescriptor, k, q, hidden: bool = False) -> float:
         rounds = iterations * math.ceil(per_sm / resident - 1e-9)
     ept_eff = min(ept, math.ceil(nvec / block))  # vectors the first block's threads really load
     nbytes = d.bytes_moved
-    cap = q("memory.l2.capacity_bytes", P.DEFAULTS["memory.l2.capacity_bytes"])
+    cap = P.l2_scale_bytes(q)
     f = _ramp(nbytes / cap, COVER_L2 if cover else STRIDE_L2)
     dram16 = P.dram_gbps(q, "copy", 16)
     dram = P.dram_gbps(q, "copy", width)
@@ -317,7 +322,7 @@ def risk_margin(d: PointwiseDescriptor, k, q) -> float:
     """The log-time margin a candidate must beat the fastest-ranked one-vector cover candidate by:
     EPT_MARGIN for more than one vector per thread, STRIDE_MARGIN for a persistent grid smaller than
     the data, by the working set's level; 0 for the one-vector cover launches themselves."""
-    cap = q("memory.l2.capacity_bytes", P.DEFAULTS["memory.l2.capacity_bytes"])
+    cap = P.l2_scale_bytes(q)
     where = level(d.bytes_moved / cap)
     if int(k["ept"]) > 1:
         return EPT_MARGIN[where]
@@ -338,7 +343,7 @@ def demonstrated_margins(recordings, quantile: float = 0.9) -> dict:
     ``c``), and a level's margin is its ``quantile`` over the level's problems."""
     errors: dict = {}
     for rows, q in recordings:
-        cap = q("memory.l2.capacity_bytes", P.DEFAULTS["memory.l2.capacity_bytes"])
+        cap = P.l2_scale_bytes(q)
         for row in rows:
             d = descriptor(row["descriptor"])
             scored = [(model_us(d, k, q), row["times_us"][k.autotune_name], k) for k in space(d)
@@ -356,7 +361,7 @@ def demonstrated_margins(recordings, quantile: float = 0.9) -> dict:
 
 
 def level(share_of_l2: float) -> str:
-    """Where a working set of ``share_of_l2`` x the L2 capacity sits, for the margins."""
+    """Where a working set of ``share_of_l2`` x the L2 scale (predictor.l2_scale_bytes) sits, for the margins."""
     return "launch" if share_of_l2 < LEVELS[0] else "l2" if share_of_l2 < LEVELS[1] else "dram"
 
 
