@@ -3,6 +3,7 @@
     python3 bench/probes.py splitk-kernels OUT.json [SHAPES.json]   # which kernels cuBLAS runs for fp32 GEMMs
     python3 bench/probes.py cublaslt-heuristics SHAPES.json OUT.json [--time N] [--no-log]   # what Lt would pick
     python3 bench/probes.py splitk-batched-kernels OUT.json [SHAPES.json] [--start I] [--max N]   # split > 1's kernels
+    python3 bench/probes.py cublaslt-batched OUT.json [SHAPES.json]   # what Lt would pick for those batched GEMMs
 
 splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
 (and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
@@ -22,7 +23,14 @@ contradict for 16-row outputs (fp32 splits within 1.3x of the best ran a median 
 prediction on A-P; 0.99x for outputs of more than 128 rows), and the misses below 0.85 are splits that
 won while predicted at most 1.19x faster than split 1. The names say which tile cuBLAS batched with.
 SHAPES.json: a list of [m, n, k, split]; by default every fp32 problem of the recorded evaluations
-(tests/h200_recordings.py, A-P) with each split that ran within 1.3x of its best (``batched_shapes``)."""
+(tests/h200_recordings.py, A-P) with each split that ran within 1.3x of its best (``batched_shapes``).
+
+cublaslt-batched: cublasLtMatmulAlgoGetHeuristic's ranked algos for the same batched GEMMs, described as
+CuPy hands them to cuBLAS (calib.heuristics.cublaslt.Lt.batched_descriptors: op N/N, m' = n, n' = m,
+k' = K/split, batch count and strides), 32 MiB workspace; keyed "MxNxK/split", each with its ranked
+results as cublaslt-heuristics writes them (format calib.cublaslt-batched-probe v1). Whether Lt's first
+result is what the batched gemm ran is for splitk-batched-kernels' names to say (as
+bench/cublaslt_compare.py did for split 1)."""
 
 from __future__ import annotations
 
@@ -142,6 +150,37 @@ def splitk_batched_kernels(out_path: str, *args: str) -> None:
     print(f"{len(out['shapes'])} of {len(shapes)} (shape, split) pairs traced into {out_path}")
 
 
+def cublaslt_batched(out_path: str, shapes_path: str | None = None) -> None:
+    import time
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import cupy as cp
+
+    from calib.heuristics.cublaslt import WORKSPACE_HOPPER_BYTES, Lt, LtError
+
+    shapes = [tuple(s) for s in json.load(open(shapes_path))] if shapes_path else batched_shapes()
+    cp.cuda.device.get_cublas_handle()  # CuPy's cuBLAS loaded: Lt takes the libcublasLt it mapped
+    lt = Lt()
+    lt.create()
+    pref = lt.preference(WORKSPACE_HOPPER_BYTES)
+    out = {"format": "calib.cublaslt-batched-probe", "format_version": 1,
+           "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "library": lt.path,
+           "version": lt.version, "workspace_bytes": WORKSPACE_HOPPER_BYTES, "shapes": {}}
+    t0 = time.perf_counter()
+    for m, n, k, split in shapes:
+        descs = lt.batched_descriptors(m, n, k // split, split)
+        entry = {"m": m, "n": n, "k": k, "split": split}
+        try:
+            entry["results"] = [lt.config(r) for r in lt.heuristic(descs, pref)]
+        except LtError as e:  # one shape Lt cannot describe must not stop the rest
+            entry["error"] = str(e)
+        finally:
+            lt.destroy(*descs)
+        out["shapes"][f"{m}x{n}x{k}/{split}"] = entry
+    json.dump(out, open(out_path, "w"), indent=1)
+    print(f"{len(shapes)} batched GEMMs asked in {time.perf_counter() - t0:.2f} s into {out_path}")
+
+
 def cublaslt_heuristics(*args: str) -> None:
     import os
 
@@ -154,6 +193,8 @@ def cublaslt_heuristics(*args: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["cublaslt-heuristics"]:
         cublaslt_heuristics(*sys.argv[2:])
+    elif sys.argv[1:2] == ["cublaslt-batched"] and len(sys.argv) >= 3:
+        cublaslt_batched(*sys.argv[2:4])
     elif sys.argv[1:2] == ["splitk-batched-kernels"] and len(sys.argv) >= 3:
         splitk_batched_kernels(*sys.argv[2:])
     elif sys.argv[1:2] == ["splitk-kernels"] and len(sys.argv) >= 3:

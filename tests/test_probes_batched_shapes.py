@@ -35,3 +35,34 @@ def test_batched_shapes_are_the_recorded_fp32_splits_near_the_best():
 
 def test_a_tighter_bound_asks_fewer():
     assert len(probes.batched_shapes(1.05)) < len(probes.batched_shapes())
+
+
+class _RecordingLib:
+    """Stands in for libcublasLt: every entry point returns CUBLAS_STATUS_SUCCESS and is recorded."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.calls.append((name, [getattr(a, "_obj", a) for a in args]))
+            return 0
+        return call
+
+
+def test_the_batched_descriptors_are_cupys_strided_batched_call():
+    """op N/N, m' = n, n' = m, k' = K/split (cupy/_core/_routines_linalg.pyx matmul: (A B)^T = B^T A^T),
+    each layout with the batch count and its matrix size as stride, for 16x720x3584 split 8."""
+    from calib.heuristics import cublaslt as CL
+
+    lt = object.__new__(CL.Lt)
+    lt.lib = _RecordingLib()
+    lt.batched_descriptors(16, 720, 448, 8)
+    value = lambda v: getattr(v, "value", v)  # noqa: E731
+    ops = [value(args[2]) for name, args in lt.lib.calls if name == "cublasLtMatmulDescSetAttribute"]
+    layouts = [tuple(args[2:]) for name, args in lt.lib.calls if name == "cublasLtMatrixLayoutCreate"]
+    batch = [(value(args[1]), value(args[2])) for name, args in lt.lib.calls
+             if name == "cublasLtMatrixLayoutSetAttribute"]
+    assert ops == [CL.OP_N, CL.OP_N]
+    assert layouts == [(720, 448, 720), (448, 16, 448), (720, 16, 720)]
+    assert batch == [(5, 8), (6, 720 * 448), (5, 8), (6, 448 * 16), (5, 8), (6, 720 * 16)]

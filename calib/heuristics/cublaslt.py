@@ -54,6 +54,7 @@ CUDA_R_32F = 0            # library_types.h
 # cublasLt.h: cublasLtMatmulDescAttributes_t, cublasLtMatmulPreferenceAttributes_t,
 # cublasLtMatmulAlgoConfigAttributes_t (each value with its C type, which GetAttribute checks by size).
 DESC_TRANSA, DESC_TRANSB = 3, 4                       # int32_t
+LAYOUT_BATCH_COUNT, LAYOUT_STRIDED_BATCH_OFFSET = 5, 6  # int32_t, int64_t (cublasLtMatrixLayoutAttribute_t)
 PREF_MAX_WORKSPACE_BYTES = 1                          # uint64_t
 CONFIG_ATTRS = [("algo_id", 0, ctypes.c_int32), ("tile_id", 1, ctypes.c_uint32), ("splitk", 2, ctypes.c_int32),
                 ("reduction", 3, ctypes.c_uint32), ("swizzle", 4, ctypes.c_uint32),
@@ -167,6 +168,25 @@ class Lt:
         self.set_attr("cublasLtMatmulDescSetAttribute", desc, DESC_TRANSB, ctypes.c_int32(OP_T))
         for lay, rows, cols, ld in ((la, n, k, n), (lb, m, k, m), (lc, n, m, n)):
             self.call("cublasLtMatrixLayoutCreate", ctypes.byref(lay), CUDA_R_32F, rows, cols, ld)
+        return desc, la, lb, lc
+
+    def batched_descriptors(self, m: int, n: int, k_slice: int, batch: int):
+        """The strided-batched GEMM of split-K's split > 1 path (splitk.GpuCase.run): ``cupy.matmul`` of
+        the (batch, m, k_slice) slices of At, which CuPy first makes C-contiguous, by B's (batch, k_slice,
+        n) ones. CuPy's matmul (cupy/_core/_routines_linalg.pyx: matmul, "(A B)^T = B^T A^T") calls
+        gemmStridedBatchedEx with op N, N, m' = n, n' = m, k' = k_slice: A' = the B slices, column-major
+        n x k_slice, ld n, stride n * k_slice; B' = the A slices, column-major k_slice x m, ld k_slice,
+        stride m * k_slice; C' n x m, ld n, stride n * m; ``batch`` products. Lt layouts describe the
+        stored matrices, each with its batch count and stride."""
+        desc, la, lb, lc = (ctypes.c_void_p() for _ in range(4))
+        self.call("cublasLtMatmulDescCreate", ctypes.byref(desc), ctypes.c_int(COMPUTE_32F), ctypes.c_int(CUDA_R_32F))
+        self.set_attr("cublasLtMatmulDescSetAttribute", desc, DESC_TRANSA, ctypes.c_int32(OP_N))
+        self.set_attr("cublasLtMatmulDescSetAttribute", desc, DESC_TRANSB, ctypes.c_int32(OP_N))
+        for lay, rows, cols, ld in ((la, n, k_slice, n), (lb, k_slice, m, k_slice), (lc, n, m, n)):
+            self.call("cublasLtMatrixLayoutCreate", ctypes.byref(lay), CUDA_R_32F, rows, cols, ld)
+            self.set_attr("cublasLtMatrixLayoutSetAttribute", lay, LAYOUT_BATCH_COUNT, ctypes.c_int32(batch))
+            self.set_attr("cublasLtMatrixLayoutSetAttribute", lay, LAYOUT_STRIDED_BATCH_OFFSET,
+                          ctypes.c_int64(rows * cols))
         return desc, la, lb, lc
 
     def destroy(self, desc, la, lb, lc) -> None:
