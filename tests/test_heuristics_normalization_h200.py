@@ -7,13 +7,14 @@ The recordings: A-E (hosts 1-3, seeds 0-2), which the physical model's constants
 shipped 2026-12-02-h200-suites-session3/profile-full.json), M (host 9, seed 9, the live check of session
 3 with that profile: 0.991 / 0.852 unseen). The model's per-kernel corrections, the few-rows persistent
 bias and the pair bias (normalization_corrections.json) are fitted on all thirteen; left out one seed at
-a time (all three from the other nine seeds) every held-out recording keeps geomean 0.986-0.992 and
-memory-bound predictor median 2.1-4.1% (with the block pace's p-norm, BLOCK_PACE_NORM 3; 0.984-0.992 and
-2.5-4.3% with the maximum, E's worst then 0.890, now 0.866). Issue 14's bars: geomean >= 0.97, worst >=
-0.85, memory-bound median |error| <= 5%. All thirteen meet the geomean and median bars. The worst bar is
-NOT met by J (0.804) and L (0.848), the same held out and fitted; every problem of theirs below 0.85 is
-a persistent/multi-pass choice the model got the wrong way round by 12-25% (asserted below), not a
-kernel class the corrections leave off. I (0.825 before the pair bias) now reaches 0.918 held out."""
+a time (all three from the other nine seeds) every held-out recording keeps geomean 0.986-0.993 and
+memory-bound predictor median 2.1-4.0% (with the block pace's p-norm, BLOCK_PACE_NORM 3, and the
+re-read's L2 scale, REREAD_L2_SHARE; 0.984-0.992 and 2.5-4.3% before both, E's worst then 0.890, now
+0.866). Issue 14's bars: geomean >= 0.97, worst >= 0.85, memory-bound median |error| <= 5%. All thirteen
+meet the geomean and median bars. The worst bar is NOT met by J (0.804), the same held out and fitted
+(L, 0.848 before the re-read's L2 scale, reaches 0.858); every problem of J's below 0.85 is a
+persistent/multi-pass choice the model got the wrong way round by 12-25% (asserted below), not a kernel
+class the corrections leave off. I (0.825 before the pair bias) now reaches 0.918 held out."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ ROOT = R.parents[1]
 
 NAMES = FITTED + "M"  # what normalization_corrections.json is fitted on (M: seed 9, host 9)
 RECORDINGS = recordings("normalization", names=NAMES)
-WORST_BAR_MISSED = {"J": 0.80, "L": 0.84}  # what they do reach; see the module docstring
+WORST_BAR_MISSED = {"J": 0.80}  # what it does reach; see the module docstring
 
 RECORDED_FAILURES = {"A": 5}
 

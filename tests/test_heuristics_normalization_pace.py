@@ -98,3 +98,38 @@ def test_the_shipped_norm_beats_the_maximum_and_a_plain_sum_on_a_to_m(monkeypatc
         samples = N.recorded_samples(pairs)
         score[p] = _mean_log_efficiency(samples, N.fit_all(samples))
     assert score[shipped] > score[math.inf] and score[shipped] > score[2.0], score
+
+
+CALL3 = R / "2026-12-02-h200-suites-session4/call3/profile-full.json"  # session 4 call 3: L2 measured 36.9 MB
+
+
+def test_the_reread_scale_is_the_hardware_l2_not_the_measured_capacity():
+    """Two H200 profiles that measured 41.4 and 36.9 MB of L2 give the multi-pass re-read the same
+    scale (0.70 x the 62.9 MB of the fingerprint); without a fingerprint the measured capacity."""
+    own = q_of(_recording("K")[1])
+    call3 = q_of(load_profile(CALL3, device=None, software=None))
+    assert own("memory.l2.capacity_bytes") > 1.1 * call3("memory.l2.capacity_bytes")
+    assert N.reread_scale_bytes(own) == N.reread_scale_bytes(call3) == pytest.approx(0.70 * 62914560)
+    from calib.heuristics.predictor import q_of_values
+
+    bare = q_of_values({"memory.l2.capacity_bytes": 30e6})
+    assert N.reread_scale_bytes(bare) == 30e6
+
+
+@pytest.mark.parametrize("name", ["E", "K"])
+def test_a_refreshed_profile_keeps_the_worst_case(name, monkeypatch):
+    """E and K replayed with call 3's profile (36.9 MB measured): worst 0.866 and 0.935 as with their
+    own profiles; with the measured capacity as the scale 0.831 and 0.819 (multi-pass re-reads sent to
+    DRAM by the smaller capacity)."""
+    from calib.heuristics import evaluate as E
+
+    rec, _ = _recording(name)
+    prof = load_profile(CALL3, device=None, software=None)
+
+    def worst():
+        return E.evaluate("normalization", backend=f"replay:{rec}", profile=prof)["summary"]["heuristic"][
+            "worst_efficiency"]
+
+    assert worst() >= 0.85
+    monkeypatch.setattr(N, "reread_scale_bytes", lambda q: q("memory.l2.capacity_bytes"))
+    assert worst() < 0.85
