@@ -9,7 +9,7 @@ shipped 2026-12-02-h200-suites-session3/profile-full.json), M (host 9, seed 9, t
 bias and the pair bias (normalization_corrections.json) are fitted on all thirteen; left out one seed at
 a time (all three from the other nine seeds) every held-out recording keeps geomean 0.986-0.993 and
 memory-bound predictor median 2.1-4.0% (with the block pace's p-norm, BLOCK_PACE_NORM 3, and the
-re-read's L2 scale, REREAD_L2_SHARE; 0.984-0.992 and 2.5-4.3% before both, E's worst then 0.890, now
+re-read's L2 scale, reread_scale_bytes; 0.984-0.992 and 2.5-4.3% before both, E's worst then 0.890, now
 0.866). Issue 14's bars: geomean >= 0.97, worst >= 0.85, memory-bound median |error| <= 5%. All thirteen
 meet the geomean and median bars. The worst bar is NOT met by J (0.804), the same held out and fitted
 (L, 0.848 before the re-read's L2 scale, reaches 0.858); every problem of J's below 0.85 is a

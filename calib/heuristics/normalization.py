@@ -154,7 +154,7 @@ DISPATCH_US, THREAD_US = 0.083, 0.00059
 # falls: 0.00704 at the maximum, 0.00786 at 3), as the value of {inf, 8, 6, 5, 4, 3, 2} whose choices
 # have the highest mean log efficiency over A-M, the corrections refitted for each; leave one seed out
 # (p and the corrections from the other nine seeds) the folds pick 2-4, and every held-out recording
-# keeps its worst case but E (0.890 -> 0.866; with the re-read scale below, REREAD_L2_SHARE, which
+# keeps its worst case but E (0.890 -> 0.866; with the re-read scale below, reread_scale_bytes, which
 # the choice of 3 stands with; without it F too, 0.914 -> 0.894); L 0.848 -> 0.858; fitted on A-M,
 # unseen N 0.889 stays, O 0.914 -> 0.884 (a multi-pass near-tie), P 0.801 -> 0.857.
 BLOCK_PACE_NORM = 3.0
@@ -231,22 +231,17 @@ REREAD_END_PER_CAPACITY = 2.78
 
 
 # The capacity the ramp starts from is the hardware L2 (the fingerprint's ``device.l2_bytes``, 62.9 MB
-# on every H200 host) times REREAD_L2_SHARE, not the profile's measured ``memory.l2.capacity_bytes``:
+# on every H200 host) times 0.70, not the profile's measured ``memory.l2.capacity_bytes``:
 # the ramp was fitted on profiles that measured 43.4-43.8 MB (A-E; 0.69-0.70 of the hardware L2), and
 # the measured capacity scatters by host and run (41.4 MB on host 7, 47.1 on host 4, 36.9-37.1 MB in
 # session 4's full runs, 2026-12-02). Replayed with session 4 call 3's profile (36.9 MB) E, G, K and N
 # lost their worst cases to multi-pass re-reads the smaller capacity sent to DRAM (0.831, 0.826, 0.819,
 # 0.816; with their own profiles 0.866-0.935); keyed on the hardware L2 they keep them (0.862-0.935).
-# Not fitted on the recordings' times. Without a fingerprint the measured capacity stands in.
-REREAD_L2_SHARE = 0.70
-
-
+# Not fitted on the recordings' times: the scale is predictor.l2_scale_bytes (its L2_SHARE, 0.70, the
+# same ratio from pointwise's fitting profiles); without a fingerprint the measured capacity stands in.
 def reread_scale_bytes(q) -> float:
-    """REREAD_L2_SHARE x the hardware L2 (``device.l2_bytes``), else ``memory.l2.capacity_bytes``."""
-    hardware = q("device.l2_bytes", 0.0)
-    if isinstance(hardware, (int, float)) and not isinstance(hardware, bool) and hardware > 0:
-        return REREAD_L2_SHARE * float(hardware)
-    return q("memory.l2.capacity_bytes", P.DEFAULTS["memory.l2.capacity_bytes"])
+    """The capacity the re-read's L2 ramp starts from: :func:`predictor.l2_scale_bytes`."""
+    return P.l2_scale_bytes(q)
 
 
 def reread_l2_fraction(q, working_set_bytes: float) -> float:
