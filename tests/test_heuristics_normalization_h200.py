@@ -11,10 +11,11 @@ a time (all three from the other nine seeds) every held-out recording keeps geom
 memory-bound predictor median 2.1-4.0% (with the block pace's p-norm, BLOCK_PACE_NORM 3, and the
 re-read's L2 scale, reread_scale_bytes; 0.984-0.992 and 2.5-4.3% before both, E's worst then 0.890, now
 0.866). Issue 14's bars: geomean >= 0.97, worst >= 0.85, memory-bound median |error| <= 5%. All thirteen
-meet the geomean and median bars. The worst bar is NOT met by J (0.804), the same held out and fitted
-(L, 0.848 before the re-read's L2 scale, reaches 0.858); every problem of J's below 0.85 is a
-persistent/multi-pass choice the model got the wrong way round by 12-25% (asserted below), not a kernel
-class the corrections leave off. I (0.825 before the pair bias) now reaches 0.918 held out."""
+meet the geomean and median bars. The worst bar is NOT met by J (0.804), the same held out and fitted (L
+reaches 0.858 fitted, 0.848 before the re-read's L2 scale; held out, the corrections from the other nine
+seeds, it is 0.848 still); every problem of J's below 0.85 is a persistent/multi-pass choice the model
+got the wrong way round by 12-25% (asserted below), not a kernel class the corrections leave off. I
+(0.825 before the pair bias) now reaches 0.918 held out."""
 
 from __future__ import annotations
 
