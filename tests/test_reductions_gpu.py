@@ -17,6 +17,8 @@ def test_reference_sums_agree_with_cupy(axis):
         cp = b.cp
         rows, cols = 3 * reductions.REFERENCE_SLAB + 7, 4 * reductions.REFERENCE_THREADS + 3
         src = cp.random.standard_normal(rows * cols + 1, dtype=cp.float32)[: rows * cols].reshape(rows, cols)
+        # drawn on the current (legacy default) stream; b.stream is non-blocking and does not wait for it
+        cp.cuda.get_current_stream().synchronize()
         reductions.prepare(b, [])
         with b.stream:
             ref = reductions.reference_sums(b, src, axis, rows, cols)
