@@ -127,11 +127,15 @@ def _say_set_aside(rec: dict, g) -> None:
         return
     aside = g["n_set_aside"].fillna(0)
     if (aside > 0).any():
-        share = float((aside / g["n_samples"]).max())
+        worst = int((aside / g["n_samples"]).to_numpy().argmax())
+        n_aside, n_rounds = int(aside.iloc[worst]), int(g["n_samples"].iloc[worst])
+        share = n_aside / n_rounds
         rec["method"] += "; steady rounds only"
         rec.setdefault("diagnostics", {})["set_aside_round_share"] = share
-        rec.setdefault("flags", []).append(f"host unsteady: {share:.0%} of the interleaved rounds set aside "
-                                           "(the host ran slow in them); fitted on the steady rounds")
+        # counted, not only a percentage: 2 rounds of 600 printed as "0%" (H200, 2026-12-02, session 5)
+        rec.setdefault("flags", []).append(f"host unsteady: {n_aside} of {n_rounds} interleaved rounds "
+                                           f"({share:.1%}) set aside (the host ran slow in them); "
+                                           "fitted on the steady rounds")
 
 
 def figures(frame, result, *, title) -> dict:
