@@ -125,6 +125,16 @@ L2_FOOTPRINT = 2.62  # L2 bytes per byte of the rows in flight once rows cycle t
 #                      the others' writes) for the multi-pass second read; 1 while every row is resident at
 #                      once (no row written before the re-reads): fp32 layer norm 385 x 17040 (E) in one wave
 #                      at 512 threads re-read from L2 (16.3 us), in 1.5 waves at 1024 threads not (20.7 us)
+DRAIN_BLOCKS = 0.1  # blocks' worth of overlap an SM's next block gets: it starts loading while the last
+#                    one's stores drain, so R resident blocks pace a row as R + DRAIN_BLOCKS would. Over
+#                    A-M's persistent candidates at one block per SM whose rows cycle (5+ per SM, rows of
+#                    32 kB+) they ran 0.08-0.25 (median log) faster than the corrected model: E's fp32 layer norm
+#                    1086 x 24448 (v4 x 64 at 512 threads: 72.1 us predicted, 58.7 measured). Least
+#                    squares on A-M's near-best candidates is flat from 0.25 to 0.5 (0.00766-0.00768 against
+#                    0.00784 at 0); chosen as BLOCK_PACE_NORM is, by the choices' mean log efficiency over
+#                    A-M of {0, 0.1, 0.2, 0.25, 0.3, 0.4, 0.5}: 0.1. Leave one seed out with the value
+#                    chosen per fold too: E 0.866 -> 0.890, G 0.862 -> 0.896, F 0.914 -> 0.874 (its fold
+#                    picks 0.5), the others' worst unchanged; fitted on A-M, unseen O 0.884 -> 0.914
 TAIL_EXP = 0.22  # the machine-wide time grows as (whole waves / waves) ** TAIL_EXP of resident blocks
 L2_NORM = 5.3  # L2 and DRAM stream at once: their times combine as a p-norm of this p (a multi-pass second
 #                read from L2 costs L2 bandwidth, not DRAM time: fp16 layer norm 5756 x 19688, multi-pass at
@@ -326,7 +336,7 @@ def _model(d: NormDescriptor, k, q, extra_regs: float, hidden: bool) -> float:
     life += work / min(1.0, threads / 128)  # a block of fewer than four warps cannot use every scheduler
     # Per SM: the first row's life, then each further row at its share of the resident blocks'
     # latency plus its issue work, or at the SM's block pace.
-    t_sm = life + (per_sm - 1) * (life / resident + work)
+    t_sm = life + (per_sm - 1) * (life / (resident + DRAIN_BLOCKS) + work)
     t_pace = life + (per_sm - 1) * block_pace_us(threads)
     spill = rows * threads * spilled_bytes  # local memory through L2
     t_machine = _pnorm((total * (1 - f) + second * (1 - g)) / bw, (total + second + spill) / l2, L2_NORM)
