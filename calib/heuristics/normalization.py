@@ -166,7 +166,8 @@ DISPATCH_US, THREAD_US = 0.083, 0.00059
 # (p and the corrections from the other nine seeds) the folds pick 2-4, and every held-out recording
 # keeps its worst case but E (0.890 -> 0.866; with the re-read scale below, reread_scale_bytes, which
 # the choice of 3 stands with; without it F too, 0.914 -> 0.894); L 0.848 -> 0.858; fitted on A-M,
-# unseen N 0.889 stays, O 0.914 -> 0.884 (a multi-pass near-tie), P 0.801 -> 0.857.
+# unseen N 0.889 stays, O 0.914 -> 0.884 (a multi-pass near-tie), P 0.801 -> 0.857. DRAIN_BLOCKS
+# (above) gives E, O back (0.890, 0.914) and takes L's 0.858 (0.848, as held out).
 BLOCK_PACE_NORM = 3.0
 
 
@@ -246,7 +247,8 @@ REREAD_END_PER_CAPACITY = 2.78
 # the measured capacity scatters by host and run (41.4 MB on host 7, 47.1 on host 4, 36.9-37.1 MB in
 # session 4's full runs, 2026-12-02). Replayed with session 4 call 3's profile (36.9 MB) E, G, K and N
 # lost their worst cases to multi-pass re-reads the smaller capacity sent to DRAM (0.831, 0.826, 0.819,
-# 0.816; with their own profiles 0.866-0.935); keyed on the hardware L2 they keep them (0.862-0.935).
+# 0.816; with their own profiles 0.862-0.935 then); keyed on the hardware L2 they keep their own
+# profiles' worst cases (since DRAIN_BLOCKS: E 0.890, G 0.896, K 0.935, N 0.889 under both).
 # Not fitted on the recordings' times: the scale is predictor.l2_scale_bytes (its L2_SHARE, 0.70, the
 # same ratio from pointwise's fitting profiles); without a fingerprint the measured capacity stands in.
 def reread_scale_bytes(q) -> float:
