@@ -76,14 +76,18 @@ def test_the_live_check_of_seed_10_met_every_bar(kind):
 
 
 def test_the_live_check_of_seed_12_meets_what_it_met():
-    """P: normalization's geomean and predictor held, its worst case not (a threads-per-row choice);
-    split-K's geomean, worst case and overall error held."""
+    """P: normalization's geomean and predictor held live, its worst case not (0.801: fp16 layer norm
+    23143 x 377 persistent at 128 threads a row, 24.6 us, where 32 ran 19.7); replayed with the block
+    pace of 23a05dc (a p-norm of the dispatch floor and the per-thread cost, p chosen over A-M; P held
+    out gives the same) that problem takes 32 threads and the worst case is 0.857. Split-K's geomean,
+    worst case and overall error held."""
     norm = _replay("normalization", "P")
     h = norm["summary"]["heuristic"]
     assert h["geomean_efficiency"] >= 0.97 and norm["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
-    worst = min((r for r in norm["rows"] if r.get("heuristic_us")), key=lambda r: r["best_us"] / r["heuristic_us"])
-    assert worst["best_us"] / worst["heuristic_us"] < 0.85
-    assert worst["heuristic"]["strategy"] == worst["best"]["strategy"] == "persistent", worst
+    assert h["worst_efficiency"] >= 0.85, h
+    (row,) = [r for r in norm["rows"] if r["descriptor"] == {"op": "layernorm", "rows": 23143, "cols": 377,
+                                                              "dtype": "float16"}]
+    assert row["heuristic"] == row["best"] and row["heuristic"]["threads"] == 32, row
     sk = _replay("matmul_splitk", "P")
     h = sk["summary"]["heuristic"]
     assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85, h
