@@ -150,10 +150,15 @@ def l2_scale_bytes(q) -> float:
 STREAMED_L2_START, STREAMED_L2_END = 0.9, 1.125
 
 
-def streamed_l2_fraction(q, working_set_bytes: float) -> float:
+def streamed_l2_fraction(q, working_set_bytes: float, scale_bytes: float | None = None) -> float:
     """Share of the traffic L2 serves for a working set streamed once per launch: all of it up to
-    STREAMED_L2_START x ``memory.l2.capacity_bytes``, none from STREAMED_L2_END x, linear between."""
-    cap = q("memory.l2.capacity_bytes", DEFAULTS["memory.l2.capacity_bytes"])
+    STREAMED_L2_START x the scale, none from STREAMED_L2_END x, linear between. The scale is
+    ``memory.l2.capacity_bytes`` unless ``scale_bytes`` is given (normalization passes
+    :func:`l2_scale_bytes`, the hardware L2's share, so that its choices do not follow the measured
+    capacity's scatter; split-K and the learned model keep the measured capacity)."""
+    cap = scale_bytes
+    if cap is None:
+        cap = q("memory.l2.capacity_bytes", DEFAULTS["memory.l2.capacity_bytes"])
     lo, hi = STREAMED_L2_START * cap, STREAMED_L2_END * cap
     if working_set_bytes <= lo:
         return 1.0
