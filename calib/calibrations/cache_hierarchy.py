@@ -79,6 +79,15 @@ of a device whose fine structure is unknown, not one these hosts showed (an erro
 repetition of them can show). Host B, unflagged at ±3.4-3.5%, puts the end at 308-315 MB, 5.7-8.0%
 above the others (its DRAM plateau is 4471-4479 GB/s where theirs is 4577-4690): the one CI the
 recordings contradict, if its end and theirs are the same quantity.
+
+Both suites measure the full grid's 256 working sets since session 5 (2026-12-02), the quick one with four
+samples a point where the full one takes six (WORKING_SET_SAMPLES): the five recorded full runs cut to
+each point's first four raw samples give the end ±2.0% on host B and ±4.3-5.2% on hosts D, E, F and H,
+still flagged, where those hosts' quick suites of 128 gave ±3.4-3.5% and ±5.8-8.8%; the ends move by 0.0-1.2%.
+On a fresh H200 of host B's kind (session 5 call 1) 256 working sets with three samples measured in 1.39 s
+against 0.98 s for 128 with six (end ±2.9% against ±3.7%). Three samples would unflag two of the four
+structured hosts: see WORKING_SET_SAMPLES.
+
 ``memory.l2.read_bandwidth_gbps`` comes from a second, short series at one working set well inside
 L2 (a quarter of the reported size) with the bytes per launch varied from 0.25 to 4 GiB: a straight
 line t = t0 + bytes/BW whose slope CI is inverted, as for DRAM. The hinge's own plateau estimate
@@ -113,8 +122,12 @@ and 1 GiB read, which tells the two apart. `memory.l2.capacity_bytes` is where t
 between neighbouring working sets (a few hundred kB apart they differ by several % inside the ramp,
 reproducibly), widened by the correlation that neighbours' residuals still show; where that widening
 passes 1.4x (six of seven H200 hosts, 2026-12-02) the records are flagged: the CI then rests on a
-structure longer than it can follow. A second series at one working set well inside L2 varies the
-bytes per launch; its line `t = t0 + bytes / bandwidth` gives `memory.l2.read_bandwidth_gbps`."""
+structure longer than it can follow. Both suites measure 256 working sets, the quick one with four
+samples a point and the full one with six: the five H200 full runs recorded on 2026-12-02, cut to four
+samples, put the end at ±2.0% on the one host without that structure and ±4.3-5.2% (flagged) on the
+four with it, where their quick suites' 128 working sets gave ±3.4-3.5% and ±5.8-8.8%. A second series
+at one working set well inside L2 varies the bytes per launch; its line `t = t0 + bytes / bandwidth`
+gives `memory.l2.read_bandwidth_gbps`."""
 READING = """A heuristic that tiles for L2 keeps its reused working set under `memory.l2.capacity_bytes`, not
 under the L2 size the device reports: past it some of the data comes from DRAM again, a share that
 grows with log W, fastest at first, to 90% at `memory.l2.capacity_bytes.ramp_end` in a kernel that
@@ -157,20 +170,36 @@ BYTES_PER_LAUNCH = (4 * 2**30, 2**30)
 # points on the same span narrow the CI of such a host, not its error, so the counts stay; a grid dense
 # from 1.4x or 2x L2 instead of 0.7x gives the end ±4.5% instead of ±4.9% (planted, AR(0.4)) and the
 # capacity ±16% instead of ±8-10%. Session 4's H200 runs (2026-12-02, hosts E-H): quick ±5.8-8.8%, full
-# ±4.3-4.9%, all flagged. The full count in quick would cost what the full suite's L2 measures beyond
-# the quick one's (measure 4.8-5.4 s against 2.0-2.4 s, bench/results/2026-12-02-h200-suites-session4):
-# about 2.4-3.4 s on a quick suite of 23.8-28.2 s warm, past 30 s on the slowest, for a CI still flagged.
-SUITES = {"quick": 128, "full": 256}
+# ±4.3-4.9%, all flagged. A fixed structure is sampled better by more points, though (the docstring's
+# half-samples), and a point's own noise is small beside it, so both suites take the full grid, the quick
+# one with fewer samples a point (WORKING_SET_SAMPLES). On a fresh H200 of host B's kind (unflagged;
+# 2026-12-02, session 5 call 1, bench/l2_order_probe.py --dense) 128 working sets with 6 samples measured
+# in 0.98 s (end 305.4 MB ±3.7%), 256 with 3 in 1.39 s (302.7 ±2.9%) and with 6 in 1.75 s (300.5 ±2.4%):
+# about 0.47 ms a launch (three warm-ups and the samples), so 256 with 4 about 1.51 s, 0.5 s more than 128
+# with 6, on a quick suite of 23.0 s warm (28.1 s fresh). Fitting 256 points takes no longer than 128
+# (0.11-0.19 s of CPU on this machine; the iterations, not the points, set it).
+SUITES = {"quick": 256, "full": 256}
 GRID = (0.25, 16.0)      # the grid's ends, in units of the reported L2 size
 DENSE = (0.7, 16.0)      # the dense part of the grid: the ramp (60 MB to past 500 MB on an H200) and DRAM
 DENSE_SHARE = 0.85       # the share of the points there
 MAX_MEMORY_SHARE = 0.125  # the largest working set is at most this share of the device's memory
-# Samples per working-set point (after the backend's three warm-up launches): their own noise (an se of
-# 0.06-0.13% of the time with ten, H200 session 2) is small beside the scatter between neighbouring
-# working sets (0.4-0.7% where DRAM serves the reads, 2-3% where L2 does, and the jitter), so six do: the
-# end ±3.73% where ten give ±3.69% with the quick grid and quick #2's fit planted (own noise ×1.3), and
-# 9 launches a point instead of 13 (about 0.27 s of the quick suite's 0.86 s of kernels).
-WORKING_SET_SAMPLES = 6
+# Samples per working-set point (after the backend's three warm-up launches), per suite: their own noise (an
+# se of 0.06-0.13% of the time with ten, H200 session 2) is small beside the scatter between neighbouring
+# working sets (0.4-0.7% where DRAM serves the reads, 2-3% where L2 does, and the jitter), so six do for the
+# full suite: the end ±3.73% where ten give ±3.69% with the 128-point grid and quick #2's fit planted (own
+# noise ×1.3). The quick suite takes four: the five recorded full runs (2026-12-02, hosts B, D, E, F, H)
+# refitted with each point cut to its first k raw samples (results.sqlite; what a k-sample run takes) and
+# the quick bandwidth series give the end (MB, ±CI, correlation factor, * flagged)
+#   k = 6: B 308.5 ±2.0% x1.20, D 295.5 ±5.0% x1.54*, E 292.6 ±4.6% x1.53*, F 290.1 ±4.3% x1.44*, H 291.6 ±4.3% x1.58*
+#   k = 4: B 310.3 ±2.0% x1.11, D 294.8 ±5.2% x1.50*, E 292.6 ±4.8% x1.52*, F 293.4 ±4.6% x1.41*, H 291.2 ±4.3% x1.52*
+#   k = 3: B 312.2 ±2.3% x1.15, D 293.3 ±5.5% x1.48*, E 292.0 ±5.1% x1.49*, F 291.3 ±4.4% x1.36,  H 290.7 ±4.2% x1.39
+# where those hosts' quick suites (128 working sets, 6 samples) gave ±5.8-8.8%. Three would unflag F and H,
+# whose structure the full suite flags: the first sample after the warm-ups runs slow (it follows their
+# synchronize: median +6.6-6.8% on B and F, the second +0.05%), the inlier cut drops it from 89-95% of the
+# points, and what is left carries independent noise that thins the residuals' correlation (3 of the 6
+# samples at random, 10 draws: F flagged in 3, H in 10, the ends' sd 0.3-0.5%). Four keep every flag
+# that six raise, for about 0.12 s more than three.
+WORKING_SET_SAMPLES = {"quick": 4, "full": 6}
 # Bytes per launch of the bandwidth series (GiB), at working set L2/4.
 BANDWIDTH_GIB = {"quick": (0.25, 0.5, 1, 1.5, 2, 3, 4), "full": (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 3.5, 4)}
 # The cost per launch rises as u² from the capacity, then fades as e^-u: u² fits session 2's five runs
@@ -204,7 +233,9 @@ HAC_LAGS = 4
 # of 0.4 gives 1.24-1.33 (18-20 of 20). That planting draws the structure afresh each time; the H200s'
 # is fixed in W and shared by hosts C-H (docstring): host C's recorded sweep kept as it is, plus a run's
 # own noise, gives end errors of sd 0.8% where the flagged CI claims 3.8% (8 of 8 covered), so the flag
-# says the CI cannot be checked against the structure, not that repetition would leave it.
+# says the CI cannot be checked against the structure, not that repetition would leave it. Independent
+# noise in the points thins the factor: the recorded full runs cut to three samples a point fall to
+# 1.36-1.39 on hosts F and H (1.44-1.58 with six), so the quick suite takes four (WORKING_SET_SAMPLES).
 STRUCTURE_FACTOR = 1.4
 
 
@@ -221,7 +252,7 @@ def plan(suite: str, *, l2_bytes: int, memory_bytes: int | None = None, **_) -> 
     grid = np.concatenate([np.linspace(lo, hi, n - n_dense), np.linspace(dense_lo, dense_hi, n_dense)])
     sizes = sorted({int(round(2**x / 4096)) * 4096 for x in grid})
     sweep = [{"calibration": ID, "series": "working_set", "working_set_bytes": w,
-              "passes": max(1, int(round(BYTES_PER_LAUNCH[i % 2] / w)))}
+              "passes": max(1, int(round(BYTES_PER_LAUNCH[i % 2] / w))), "samples": WORKING_SET_SAMPLES[suite]}
              for i, w in enumerate(sizes)]
     w_bw = bandwidth_working_set(l2_bytes)
     line = [{"calibration": ID, "series": "bandwidth", "working_set_bytes": w_bw,
@@ -720,8 +751,9 @@ def measure(b, config: dict):
     args = (src, np.uint32(words), np.uint32(total), b.sink())
     rule = None
     if config.get("series") == "working_set":
-        rule = StoppingRule(min_samples=WORKING_SET_SAMPLES, max_samples=WORKING_SET_SAMPLES,
-                            batch=WORKING_SET_SAMPLES, rel_precision=b.rule.rel_precision, budget_s=b.rule.budget_s)
+        n = int(config["samples"])  # the suite's WORKING_SET_SAMPLES, from the plan
+        rule = StoppingRule(min_samples=n, max_samples=n, batch=n, rel_precision=b.rule.rel_precision,
+                            budget_s=b.rule.budget_s)
     return b.time_launches(lambda i: kernel(grid, block, args, stream=b.stream), rule=rule,
                            perf_config={"threads": THREADS, "blocks_per_sm": 8, "load": "ld.global.cg, 16 B",
                                         "loop": "flat over passes x words"})
