@@ -179,3 +179,36 @@ def test_with_the_recorded_structure_kept_the_flagged_ci_is_wider_than_a_repetit
         covered += end["ci95"][0] <= 2**h.x2 <= end["ci95"][1]
     ratio = np.std(errors) / np.median(claimed)
     assert ratio < 0.5 and covered == 8, (ratio, covered)
+
+
+def _first_samples(frame, k):
+    """The recorded run as a k-sample run would have it: each working-set point's first k raw samples
+    (after the warm-ups, in the order taken) through the backend's own estimate."""
+    from calib.timing import Measurement
+
+    rows = frame.copy()
+    ws = rows["series"] == "working_set"
+    ms = [Measurement([float(v) for v in raw.split()][:k]) for raw in rows.loc[ws, "samples_us"]]
+    rows.loc[ws, "time_us"] = [m.center_us for m in ms]
+    rows.loc[ws, "se_us"] = [m.se_us for m in ms]
+    rows.loc[ws, "n_samples"] = k
+    return rows.drop(columns="samples_us")
+
+
+def test_four_samples_a_point_keep_the_flag_of_a_structured_hosts_full_grid():
+    """Host H's full run (session 4 call 5, 2026-12-02: 256 working sets, six samples each, raw samples
+    kept) with the quick bandwidth series, each point cut to its first k samples: six and four give the
+    end ±4.3% and keep the flag (x1.58, x1.52), where that host's quick suite of 128 working sets gave
+    ±5.8%; three thin the correlation factor to 1.39, under STRUCTURE_FACTOR, and the flag goes (the
+    first sample after the warm-ups runs 5-11% slow: WORKING_SET_SAMPLES), so the quick suite takes four."""
+    frame = pd.read_csv(FIXTURES / "h200_l2_full256_2026-12-02-s4c5-samples.csv")
+    quick_bw = {17, 34, 68, 102, 137, 205, 273}  # passes over L2/4 for the quick series' GiB per launch
+    frame = frame[(frame["series"] == "working_set") | frame["passes"].isin(quick_bw)]
+    assert (frame["series"] == "bandwidth").sum() == len(l2.BANDWIDTH_GIB["quick"])
+    quick = l2.WORKING_SET_SAMPLES["quick"]
+    ends = {k: _fit(_first_samples(frame, k)).records[l2.RAMP_END] for k in (6, quick, 3)}
+    pm = {k: (e["ci95"][1] - e["ci95"][0]) / 2 / e["value"] for k, e in ends.items()}
+    factor = {k: e["diagnostics"]["end_ci_correlation_factor"] for k, e in ends.items()}
+    assert _flagged(ends[6]) and _flagged(ends[quick]) and pm[6] < 0.045 and pm[quick] < 0.045, (pm, factor)
+    assert factor[3] < factor[quick] and not _flagged(ends[3]), factor
+    assert abs(math.log(ends[quick]["value"] / ends[6]["value"])) < 0.01, (ends[quick]["value"], ends[6]["value"])

@@ -83,7 +83,8 @@ recordings contradict, if its end and theirs are the same quantity.
 Both suites measure the full grid's 256 working sets since session 5 (2026-12-02), the quick one with four
 samples a point where the full one takes six (WORKING_SET_SAMPLES): the five recorded full runs cut to
 each point's first four raw samples give the end ±2.0% on host B and ±4.3-5.2% on hosts D, E, F and H,
-still flagged, where those hosts' quick suites of 128 gave ±3.4-3.5% and ±5.8-8.8%; the ends move by 0.0-1.2%.
+still flagged, where the quick suites of 128 gave ±3.4-3.5% on host B and ±5.8-8.8% on E, F and H (D ran
+none); the ends move by 0.2-1.2% from the recorded full runs'.
 On a fresh H200 of host B's kind (session 5 call 1) 256 working sets with three samples measured in 1.39 s
 against 0.98 s for 128 with six (end ±2.9% against ±3.7%). Three samples would unflag two of the four
 structured hosts: see WORKING_SET_SAMPLES.
@@ -125,7 +126,7 @@ passes 1.4x (six of seven H200 hosts, 2026-12-02) the records are flagged: the C
 structure longer than it can follow. Both suites measure 256 working sets, the quick one with four
 samples a point and the full one with six: the five H200 full runs recorded on 2026-12-02, cut to four
 samples, put the end at ±2.0% on the one host without that structure and ±4.3-5.2% (flagged) on the
-four with it, where their quick suites' 128 working sets gave ±3.4-3.5% and ±5.8-8.8%. A second series
+four with it, where the quick suites' 128 working sets gave ±3.4-3.5% and ±5.8-8.8%. A second series
 at one working set well inside L2 varies the bytes per launch; its line `t = t0 + bytes / bandwidth`
 gives `memory.l2.read_bandwidth_gbps`."""
 READING = """A heuristic that tiles for L2 keeps its reused working set under `memory.l2.capacity_bytes`, not
@@ -193,12 +194,12 @@ MAX_MEMORY_SHARE = 0.125  # the largest working set is at most this share of the
 #   k = 6: B 308.5 ±2.0% x1.20, D 295.5 ±5.0% x1.54*, E 292.6 ±4.6% x1.53*, F 290.1 ±4.3% x1.44*, H 291.6 ±4.3% x1.58*
 #   k = 4: B 310.3 ±2.0% x1.11, D 294.8 ±5.2% x1.50*, E 292.6 ±4.8% x1.52*, F 293.4 ±4.6% x1.41*, H 291.2 ±4.3% x1.52*
 #   k = 3: B 312.2 ±2.3% x1.15, D 293.3 ±5.5% x1.48*, E 292.0 ±5.1% x1.49*, F 291.3 ±4.4% x1.36,  H 290.7 ±4.2% x1.39
-# where those hosts' quick suites (128 working sets, 6 samples) gave ±5.8-8.8%. Three would unflag F and H,
-# whose structure the full suite flags: the first sample after the warm-ups runs slow (it follows their
-# synchronize: median +6.6-6.8% on B and F, the second +0.05%), the inlier cut drops it from 89-95% of the
-# points, and what is left carries independent noise that thins the residuals' correlation (3 of the 6
-# samples at random, 10 draws: F flagged in 3, H in 10, the ends' sd 0.3-0.5%). Four keep every flag
-# that six raise, for about 0.12 s more than three.
+# where the quick suites (128 working sets, 6 samples) gave ±3.4-3.5% (B) and ±5.8-8.8% (E, F, H; D ran
+# none). Three would unflag F and H, whose structure the full suite flags: the first sample after the
+# warm-ups runs slow (it follows their synchronize: median +6.6-6.8% on B and F, the second +0.05%), the
+# inlier cut drops it from 89-95% of the points, and what is left carries independent noise that thins the
+# residuals' correlation (3 of the 6 samples at random, 10 draws: F flagged in 3, H in 10, the ends' sd
+# 0.3-0.5%). Four keep every flag that six raise, for about 0.12 s more than three.
 WORKING_SET_SAMPLES = {"quick": 4, "full": 6}
 # Bytes per launch of the bandwidth series (GiB), at working set L2/4.
 BANDWIDTH_GIB = {"quick": (0.25, 0.5, 1, 1.5, 2, 3, 4), "full": (0.25, 0.5, 0.75, 1, 1.5, 2, 2.5, 3, 3.5, 4)}
