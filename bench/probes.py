@@ -3,7 +3,7 @@
     python3 bench/probes.py splitk-kernels OUT.json [SHAPES.json]   # which kernels cuBLAS runs for fp32 GEMMs
     python3 bench/probes.py cublaslt-heuristics SHAPES.json OUT.json [--time N] [--no-log]   # what Lt would pick
     python3 bench/probes.py splitk-batched-kernels OUT.json [SHAPES.json] [--start I] [--max N]   # split > 1's kernels
-    python3 bench/probes.py cublaslt-batched OUT.json [SHAPES.json]   # what Lt would pick for those batched GEMMs
+    python3 bench/probes.py cublaslt-batched OUT.json [SHAPES.json] [--all]   # what Lt would pick for them
 
 splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
 (and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
@@ -30,7 +30,11 @@ CuPy hands them to cuBLAS (calib.heuristics.cublaslt.Lt.batched_descriptors: op 
 k' = K/split, batch count and strides), 32 MiB workspace; keyed "MxNxK/split", each with its ranked
 results as cublaslt-heuristics writes them (format calib.cublaslt-batched-probe v1). Whether Lt's first
 result is what the batched gemm ran is for splitk-batched-kernels' names to say (as
-bench/cublaslt_compare.py did for split 1)."""
+bench/cublaslt_compare.py did for split 1: on the H200, 290 of 290 traced pairs, 2026-12-02). ``--all``:
+every split > 1 of every recorded fp32 problem (2416 pairs of A-P), so that a replay with the file as
+oracle times every split of a problem from its kernel, not only the splits near the best (with the
+571, a problem's other splits fall back to the fastest SIMT configuration and look faster than
+they ran: calib/heuristics/splitk.py, BATCHED_PROBE_FILE)."""
 
 from __future__ import annotations
 
@@ -81,7 +85,8 @@ def splitk_kernels(out_path: str, shapes_path: str | None = None) -> None:
 
 def batched_shapes(within: float = 1.3) -> list:
     """[m, n, k, split] of the recordings' fp32 problems for every split > 1 that ran within ``within`` of
-    the problem's best, read from the committed evaluations (A-P; no unseen seed), without duplicates."""
+    the problem's best (math.inf: every split that ran), read from the committed evaluations (A-P; no
+    unseen seed), without duplicates."""
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "tests"))
     from h200_recordings import R, recordings
@@ -150,7 +155,8 @@ def splitk_batched_kernels(out_path: str, *args: str) -> None:
     print(f"{len(out['shapes'])} of {len(shapes)} (shape, split) pairs traced into {out_path}")
 
 
-def cublaslt_batched(out_path: str, shapes_path: str | None = None) -> None:
+def cublaslt_batched(out_path: str, *args: str) -> None:
+    import math
     import time
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -158,7 +164,9 @@ def cublaslt_batched(out_path: str, shapes_path: str | None = None) -> None:
 
     from calib.heuristics.cublaslt import WORKSPACE_HOPPER_BYTES, Lt, LtError
 
-    shapes = [tuple(s) for s in json.load(open(shapes_path))] if shapes_path else batched_shapes()
+    every = "--all" in args
+    args = [a for a in args if a != "--all"]
+    shapes = [tuple(s) for s in json.load(open(args[0]))] if args else batched_shapes(math.inf if every else 1.3)
     cp.cuda.device.get_cublas_handle()  # CuPy's cuBLAS loaded: Lt takes the libcublasLt it mapped
     lt = Lt()
     lt.create()
@@ -194,7 +202,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["cublaslt-heuristics"]:
         cublaslt_heuristics(*sys.argv[2:])
     elif sys.argv[1:2] == ["cublaslt-batched"] and len(sys.argv) >= 3:
-        cublaslt_batched(*sys.argv[2:4])
+        cublaslt_batched(*sys.argv[2:])
     elif sys.argv[1:2] == ["splitk-batched-kernels"] and len(sys.argv) >= 3:
         splitk_batched_kernels(*sys.argv[2:])
     elif sys.argv[1:2] == ["splitk-kernels"] and len(sys.argv) >= 3:

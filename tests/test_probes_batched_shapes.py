@@ -4,6 +4,7 @@ the committed split-K evaluations whose split ran within 1.3x of the problem's b
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -35,6 +36,14 @@ def test_batched_shapes_are_the_recorded_fp32_splits_near_the_best():
 
 def test_a_tighter_bound_asks_fewer():
     assert len(probes.batched_shapes(1.05)) < len(probes.batched_shapes())
+
+
+def test_all_asks_every_recorded_fp32_split():
+    """cublaslt-batched --all: every split > 1 that ran of every fp32 problem of A-P (2416 pairs), the
+    571 near the best among them, so a replay's oracle has every split of a problem."""
+    every = {tuple(s) for s in probes.batched_shapes(math.inf)}
+    assert len(every) == 2416 and {tuple(s) for s in probes.batched_shapes()} < every
+    assert {(64, 544, 42496, 16), (48, 2240, 6144, 4)} <= every  # I's and C's misses of a partial oracle
 
 
 class _RecordingLib:

@@ -11,15 +11,17 @@ fp32 GEMMs of recordings A-L, asked in 2.4 ms a shape. So on the GPU the split-K
 Two sources, first that answers wins:
 
 - an oracle set with :func:`set_oracle` / :func:`use_oracle` (a mapping ``(m, n, k, dtype) ->``
-  :class:`Choice`, e.g. :func:`load_probe` of a ``bench/probes.py cublaslt-heuristics`` JSON file):
-  only it is asked while it is set, a shape it lacks has no choice;
+  :class:`Choice`, e.g. :func:`load_probe` of a ``bench/probes.py cublaslt-heuristics`` JSON file,
+  and for split-K's batched GEMMs :func:`batched_key` -> Choice, :func:`load_probe` of a
+  ``bench/probes.py cublaslt-batched`` file): only it is asked while it is set, a shape it lacks
+  has no choice;
 - the live query, only where CuPy is already imported in this process (the GEMM it describes is
   CuPy's), the current device is the GPU the caller's profile is of, and ``CUPY_TF32`` is unset
   (with it CuPy asks for another compute type). Anything else, or any failing call, gives None
   with one warning naming why; nothing here raises into a heuristic.
 
 Never imported by ``import calib``: the split-K model imports it on its first fp32 split-1
-prediction. The ctypes core (:class:`Lt`) is shared with bench/cublaslt_probe.py.
+or batched prediction. The ctypes core (:class:`Lt`) is shared with bench/cublaslt_probe.py.
 
 Enum values and struct layouts are from cublasLt.h of cuBLAS 13.10.0.20 (pip wheel nvidia-cublas
 13.10.0.20, nvidia/cu13/include/cublasLt.h) and agree with cuBLAS 12.6.4 (CUDA 12.6.3
@@ -251,17 +253,21 @@ class Choice:
     device: str | None = None  # the GPU it was asked on (None: any)
 
 
-def choice_from_result(r: dict, source: str, device: str | None = None) -> Choice:
-    """A :class:`Choice` from one result of :meth:`Lt.config` (or a probe JSON file's), checked."""
+def choice_from_result(r: dict, source: str, device: str | None = None, untiled_ok: bool = False) -> Choice:
+    """A :class:`Choice` from one result of :meth:`Lt.config` (or a probe JSON file's), checked.
+    ``untiled_ok``: tile "UNDEFINED" is allowed (tile_m = tile_n = 0), as Lt answers for the batched
+    GEMMs that cuBLAS runs as its small-N kernel (algo 11, gemmSN_NN_kernel in the traces)."""
     tile = r.get("tile")
-    if not isinstance(tile, str) or not re.fullmatch(r"\d+x\d+", tile):
+    if tile == "UNDEFINED" and untiled_ok:  # a kernel Lt names no tile for (algo 11: cuBLAS's gemmSN)
+        tile = "0x0"
+    elif not isinstance(tile, str) or not re.fullmatch(r"\d+x\d+", tile):
         raise ValueError(f"tile must be like '64x128', not {tile!r}")
     along_n, along_m = (int(v) for v in tile.split("x"))
     fields = {name: r.get(name) for name in ("algo_id", "splitk")}
     for name, v in fields.items():
         if not isinstance(v, int) or isinstance(v, bool) or v < (1 if name == "splitk" else 0):
             raise ValueError(f"{name} must be a non-negative integer (split >= 1), not {v!r}")
-    if min(along_n, along_m) < 1:
+    if min(along_n, along_m) < 1 and tile != "0x0":
         raise ValueError(f"tile {tile!r} has an empty side")
     red = r.get("reduction_name", "NONE")
     waves = r.get("waves", 0.0)
@@ -283,8 +289,10 @@ def load_probe(path) -> dict:
         raise HeuristicError(f"{where} is not JSON ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("shapes"), dict):
         raise HeuristicError(f"{where}: expected an object with 'shapes' (bench/probes.py cublaslt-heuristics)")
-    if doc.get("format") != PROBE_FORMAT:
-        raise HeuristicError(f"{where}: format {doc.get('format')!r}, expected {PROBE_FORMAT!r}")
+    batched = doc.get("format") == BATCHED_PROBE_FORMAT
+    if doc.get("format") != PROBE_FORMAT and not batched:
+        raise HeuristicError(f"{where}: format {doc.get('format')!r}, expected {PROBE_FORMAT!r} "
+                             f"or {BATCHED_PROBE_FORMAT!r}")
     version = doc.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= PROBE_VERSION:
         raise HeuristicError(f"{where}: format version {version!r}; this calib reads 1 to {PROBE_VERSION}")
@@ -296,22 +304,37 @@ def load_probe(path) -> dict:
     for key, entry in doc["shapes"].items():
         try:
             mnk = tuple(int(entry[x]) for x in ("m", "n", "k"))
-            if f"{mnk[0]}x{mnk[1]}x{mnk[2]}" != key:
-                raise ValueError(f"m, n, k {mnk} do not match the key")
+            split = int(entry["split"]) if batched else 1
+            if f"{mnk[0]}x{mnk[1]}x{mnk[2]}" + (f"/{split}" if batched else "") != key:
+                raise ValueError(f"m, n, k{', split' if batched else ''} {mnk} do not match the key")
+            if batched and (split < 2 or mnk[2] % split):
+                raise ValueError(f"split {split} must be at least 2 and divide k")
+            if "error" in entry and batched:  # the probe recorded Lt's failure: no choice
+                continue
             results = entry["results"]
             if not isinstance(results, list):
                 raise ValueError("'results' must be a list")
             if results:  # no result: Lt offered nothing, the model's own estimate stands
-                out[(*mnk, "float32")] = choice_from_result(results[0], source, device)
+                c = choice_from_result(results[0], source, device, untiled_ok=batched)
+                out[batched_key(mnk[0], mnk[1], mnk[2] // split, split) if batched else (*mnk, "float32")] = c
         except (KeyError, TypeError, ValueError) as exc:
             raise HeuristicError(f"{where}: shape {key!r}: {exc!r}"[:300]) from None
     return out
+
+
+def batched_key(m: int, n: int, k_slice: int, batch: int, dtype: str = "float32") -> tuple:
+    """The oracle's key of split-K's strided-batched GEMM (``batch`` products of (m, k_slice) by
+    (k_slice, n)): five fields, so that one mapping holds split-1 choices (m, n, k, dtype) and these."""
+    return ("batched", m, n, k_slice, batch, dtype)
 
 
 # The probe file's format (bench/probes.py cublaslt-heuristics writes it): version 1 is the H200 probes
 # of 2026-12-02, stamped after they were written (their content is what the probe wrote).
 PROBE_FORMAT = "calib.cublaslt-probe"
 PROBE_VERSION = 1
+# bench/probes.py cublaslt-batched: keys "MxNxK/split", each entry with its split (version 1: the
+# H200 probe of 2026-12-02, bench/results/2026-12-02-h200-splitk-batched/).
+BATCHED_PROBE_FORMAT = "calib.cublaslt-batched-probe"
 
 _state: dict = {"oracle": None, "cache": {}, "warned": set(), "lt": None}
 
@@ -372,28 +395,42 @@ def _lt() -> Lt:
     return _state["lt"]
 
 
-def _ask(m: int, n: int, k: int) -> Choice | None:
+def _ask(m: int, n: int, k: int, batch: int = 1) -> Choice | None:
+    """Lt's first result, live: split 1's GEMM (``batch`` 1) or split-K's strided-batched one of
+    ``batch`` products of K ``k`` (:meth:`Lt.batched_descriptors`)."""
     lt = _lt()
-    descs = lt.descriptors(m, n, k)
+    descs = lt.descriptors(m, n, k) if batch == 1 else lt.batched_descriptors(m, n, k, batch)
     try:
         results = lt.heuristic(descs, lt.pref, 1)
         first = lt.config(results[0]) if results else None
     finally:
         lt.destroy(*descs)
     source = f"cublasLtMatmulAlgoGetHeuristic {lt.path} {lt.version}"
-    return None if first is None else choice_from_result(first, source, _live_device())
+    return None if first is None else choice_from_result(first, source, _live_device(), untiled_ok=batch > 1)
 
 
 def choice(m: int, n: int, k: int, dtype: str, device: str | None) -> Choice | None:
     """The kernel cuBLAS runs for ``cupy.matmul(a.T, b)`` of (m, k).T-stored by (k, n) fp32 operands
     on a GPU named ``device`` (the caller's profile's): the oracle's, if one is set; else Lt's first
     result asked live (cached per shape), if CuPy runs on such a GPU here; else None. Never raises."""
+    return _lookup((m, n, k, dtype), dtype, device, lambda: _ask(m, n, k))
+
+
+def batched_choice(m: int, n: int, k_slice: int, batch: int, dtype: str, device: str | None) -> Choice | None:
+    """The kernel cuBLAS runs for split-K's strided-batched GEMM (``batch`` > 1 products of (m, k_slice)
+    by (k_slice, n), fp32 operands as CuPy 14.2's matmul hands them over: :meth:`Lt.batched_descriptors`).
+    As :func:`choice`: the oracle's (key :func:`batched_key`; a ``bench/probes.py cublaslt-batched`` file
+    read with :func:`load_probe`), else Lt asked live under the same conditions, else None. Never raises."""
+    return _lookup(batched_key(m, n, k_slice, batch, dtype), dtype, device, lambda: _ask(m, n, k_slice, batch))
+
+
+def _lookup(key: tuple, dtype: str, device: str | None, ask) -> Choice | None:
     if _state["oracle"] is not None:
-        c = _state["oracle"].get((m, n, k, dtype))
+        c = _state["oracle"].get(key)
         return c if c is not None and c.device in (None, device) else None
     if dtype != "float32":
         return None
-    key = (m, n, k, dtype, device)
+    key = (*key, device)
     if key in _state["cache"]:
         return _state["cache"][key]
     try:
@@ -407,7 +444,7 @@ def choice(m: int, n: int, k: int, dtype: str, device: str | None) -> Choice | N
         if os.environ.get("CUPY_TF32", "0") != "0":
             _warn("CUPY_TF32 is set: CuPy asks cuBLAS for another compute type")
             return None
-        got = _ask(m, n, k)
+        got = ask()
     except Exception as exc:  # noqa: BLE001 - a failing library call must not fail a heuristic
         _warn(f"{type(exc).__name__}: {exc}"[:300])
         got = None

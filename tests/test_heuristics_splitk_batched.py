@@ -1,0 +1,229 @@
+"""Split-K's batched GEMM (split > 1) from the kernel cuBLAS runs for it, on the CPU: the H200 probes of
+device call s5c1 (2026-12-02, a8f8206; bench/results/2026-12-02-h200-splitk-batched/: Lt's first result
+for the 571 fp32 (shape, split) pairs of A-P within 1.3x of their best, 290 of them traced).
+
+Kernel times (traced + splitk.BATCHED_GAP_US against the prediction), median |log error| over the 290:
+the fastest SIMT configuration 0.130 (p10-p90 0.86-1.31x), the named kernel 0.054 (0.91-1.13x); left
+out one seed at a time (every constant refitted without the seed's shapes) 0.129 -> 0.055, lower on
+every seed. The replay is off by default (splitk.BATCHED_FROM_CHOICE): the probe has only the splits
+near the best, so a problem's other splits keep the old time, which is too fast, and win.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import statistics
+import sys
+import types
+import warnings
+from pathlib import Path
+
+import pytest
+
+from calib.heuristics import cublaslt as CL
+from calib.heuristics import evaluate as E
+from calib.heuristics import splitk as SK
+from calib.heuristics.predictor import q_of
+from calib.profile import load_profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from h200_recordings import R, SEEDS, recordings  # noqa: E402
+
+ROOT = R.parents[1]
+KERNELS = json.loads((ROOT / SK.BATCHED_KERNELS_FILE).read_text())["shapes"]
+SPLIT1_PROBES = (ROOT / SK.LT_PROBE_FILE, R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json")
+
+
+@pytest.fixture(scope="module")
+def batched():
+    return CL.load_probe(ROOT / SK.BATCHED_PROBE_FILE)
+
+
+@pytest.fixture(scope="module")
+def q():
+    return q_of(load_profile(ROOT / SK.load_split1()["profile"], device=None, software=None))
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """(m, n, k, split) -> the recorded fp32 times of A-P, and seed -> its fp32 shapes."""
+    times, shapes = collections.defaultdict(list), collections.defaultdict(set)
+    for name, (rec, _) in recordings("matmul_splitk").items():
+        for r in json.loads((R / rec).read_text())["rows"]:
+            d = r["descriptor"]
+            if d["dtype"] == "float32":
+                shapes[SEEDS[name]].add((d["m"], d["n"], d["k"]))
+                for key, us in r["times_us"].items():
+                    if us is not None:
+                        times[d["m"], d["n"], d["k"], int(key.split("=")[1])].append(us)
+    return times, shapes
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(monkeypatch):
+    monkeypatch.setitem(CL._state, "oracle", None)
+    monkeypatch.setitem(CL._state, "cache", {})
+    monkeypatch.setitem(CL._state, "warned", set())
+    monkeypatch.setitem(CL._state, "lt", None)
+
+
+def _log_errors(q, batched, fit=None, only=None):
+    """log((traced + gap) / predicted) per traced pair: (named kernel, fastest configuration)."""
+    gap = SK.BATCHED_GAP_US if fit is None else fit["gap_us"]
+    sn = None if fit is None else (gap, fit["sn_efficiency"], fit["sn_step_ns"], fit["sn_floor_us"])
+    new, old = [], []
+    for m, n, k, s, launches in SK._pairs(KERNELS):
+        if only is not None and (m, n, k) not in only:
+            continue
+        target = SK._traced_gemm_us(launches) + gap
+        c = batched[CL.batched_key(m, n, k // s, s)]
+        factors = None if fit is None else fit["factors"]
+        new.append(math.log(target / SK.batched_choice_us(q, m, n, k // s, s, c, factors, sn)))
+        old.append(math.log(target / (SK.gemm_us(q, m, n, k // s, 4, 4, "simt", batch=s) - SK.LAUNCH_US["simt"] + gap)))
+    return new, old
+
+
+def test_lt_named_the_kernel_that_ran_for_every_traced_pair(batched):
+    """algo 11 is gemmSN (grid ceil(N/64) x 4 x split), 55 the sm80 xmma SIMT kernels, 20 CUTLASS's;
+    each tiled launch's grid has as many CTAs as the tile, the batch and (20) its swizzle say."""
+    family = {11: "gemmSN_NN_kernel", 55: "sm80_xmma_gemm_f32f32", 20: "cutlass_80_simt_sgemm"}
+    assert len(KERNELS) == 290
+    for m, n, k, s, launches in SK._pairs(KERNELS):
+        c = batched[CL.batched_key(m, n, k // s, s)]
+        gemm = [x for x in launches if not x["name"].startswith("cupy_copy") and "splitk_sum" not in x["name"]]
+        assert len(gemm) == 5 and all(family[c.algo_id] in x["name"] for x in gemm), (m, n, k, s)
+        grid = gemm[0]["grid"]
+        if c.algo_id == SK.SN_ALGO:
+            assert grid == [math.ceil(n / SK.SN_COLUMNS), SK.SN_ROW_PARTS, s]
+        else:
+            assert grid[0] * grid[1] * grid[2] == SK.lt_batched_grid(m, n, s, c), (m, n, k, s)
+
+
+def test_the_constants_are_the_fit_of_the_traced_kernels(batched, q, recorded):
+    fit = SK.fit_batched(KERNELS, batched, recorded[0], q)
+    assert fit == {"gap_us": SK.BATCHED_GAP_US, "sn_efficiency": SK.SN_EFFICIENCY, "sn_step_ns": SK.SN_STEP_NS,
+                   "sn_floor_us": SK.SN_FLOOR_US, "factors": {k: tuple(v) for k, v in SK.BATCHED_FACTOR.items()}}
+
+
+def test_the_named_kernel_times_the_batched_gemm_better_than_the_fastest_configuration(batched, q):
+    new, old = _log_errors(q, batched)
+    assert statistics.median(map(abs, new)) < 0.06 < 0.12 < statistics.median(map(abs, old))
+    ranked = sorted(new)
+    assert 0.88 < math.exp(ranked[len(new) // 10]) and math.exp(ranked[9 * len(new) // 10]) < 1.16
+    # the groups of issue 14: 16-row outputs (overpredicted), and I's few CTAs with a long K
+    m16 = [e for e, (m, *_rest) in zip(new, SK._pairs(KERNELS)) if m <= 16]
+    m16_old = [e for e, (m, *_rest) in zip(old, SK._pairs(KERNELS)) if m <= 16]
+    assert statistics.median(map(abs, m16)) < 0.07 < 0.12 < statistics.median(map(abs, m16_old))
+
+
+def test_left_out_one_seed_at_a_time_the_held_out_kernels_are_closer(batched, q, recorded):
+    """Every constant refitted without the seed's shapes (A-P, seeds 0-12): the held-out pairs' median
+    |log error| falls on every seed, 0.129 -> 0.055 over all 290."""
+    times, shapes = recorded
+    new_all, old_all = [], []
+    for seed, ex in sorted(shapes.items()):
+        fit = SK.fit_batched(KERNELS, batched, times, q, exclude=ex)
+        new, old = _log_errors(q, batched, fit, only=ex)
+        if new:
+            assert statistics.median(map(abs, new)) < statistics.median(map(abs, old)), seed
+        new_all += new
+        old_all += old
+    assert len(new_all) == 290
+    assert round(statistics.median(map(abs, new_all)), 3) == 0.055
+    assert round(statistics.median(map(abs, old_all)), 3) == 0.129
+
+
+def test_off_by_default_the_model_is_unchanged_and_on_it_uses_the_choice(batched, q, monkeypatch):
+    d = SK.SplitKDescriptor(16, 720, 3584, "float32")  # A/B's miss: split 8 ran 15.7 us (0.78x the old time)
+    plain = SK.gemm_us(q, 16, 720, 448, 4, 4, "simt", batch=8)
+    with CL.use_oracle(batched):
+        off = SK.model_us(d, {"split": 8}, q)
+        monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE", True)
+        on = SK.model_us(d, {"split": 8}, q)
+        assert CL.batched_choice(16, 720, 448, 8, "float32", q.device_name).algo_id == SK.SN_ALGO
+        fp16 = SK.model_us(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q)
+    monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE", False)
+    assert fp16 == SK.model_us(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q)  # fp32 only
+    c = batched[CL.batched_key(16, 720, 448, 8)]
+    assert on - off == pytest.approx(SK.batched_choice_us(q, 16, 720, 448, 8, c) - plain)
+    assert 19.5 < off < 20.5 and 15.0 < on < 17.5  # ran 15.7 (A/B)
+
+
+def test_with_the_partial_probe_a_problems_other_splits_keep_the_old_too_fast_time(batched, monkeypatch):
+    """Why BATCHED_FROM_CHOICE is off: with the 571-pair probe as oracle A/B's worst rise (0.828/0.840 ->
+    0.907/0.931: 16x720x3584 split 16 chosen, 17.1 us where split 1 ran 18.8 and split 8 15.5), but C
+    falls to 0.672: 48x2240x6144 split 4, not in the probe, keeps 61.6 us (ran 95.6) and wins over
+    the probed splits."""
+    monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE", True)
+    oracle = dict(batched)
+    for p in SPLIT1_PROBES:
+        oracle.update(CL.load_probe(p))
+    worst = {}
+    for name in "ABC":
+        rec, prof = (R / p for p in recordings("matmul_splitk")[name])
+        profile = load_profile(prof, device=None, software=None)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            with CL.use_oracle(oracle):
+                res = E.evaluate("matmul_splitk", backend=f"replay:{rec}", profile=profile)
+                q = q_of(profile)
+                t4 = SK.model_us(SK.SplitKDescriptor(48, 2240, 6144, "float32"), {"split": 4}, q)
+        worst[name] = round(res["summary"]["heuristic"]["worst_efficiency"], 3)
+    assert worst == {"A": 0.907, "B": 0.931, "C": 0.672}
+    assert CL.batched_key(48, 2240, 1536, 4) not in batched and 60 < t4 < 63
+
+
+def test_the_batched_probe_file_loads_with_untiled_gemmsn_choices(batched):
+    assert len(batched) == 571 and all(k[0] == "batched" for k in batched)
+    c = batched[CL.batched_key(16, 720, 448, 8)]
+    assert (c.algo_id, c.tile_m, c.tile_n, c.split, c.device) == (11, 0, 0, 1, "NVIDIA H200")
+    c = batched[CL.batched_key(64, 544, 42496 // 32, 32)]  # I's winning split: Lt's "64x64"
+    assert (c.algo_id, c.tile_m, c.tile_n) == (55, 64, 64)
+    with CL.use_oracle(batched):
+        assert CL.batched_choice(16, 720, 448, 8, "float32", "NVIDIA H100") is None  # another GPU's
+        assert CL.choice(16, 720, 3584, "float32", "NVIDIA H200") is None  # no split-1 key in it
+
+
+HEAD = '{"format": "calib.cublaslt-batched-probe", "format_version": 1, "device": "NVIDIA H200", "shapes": '
+
+
+@pytest.mark.parametrize(("shapes", "message"), [
+    ('{"16x16x512/4": {"m": 16, "n": 16, "k": 512, "split": 2, "results": []}}', "do not match"),
+    ('{"16x16x512/3": {"m": 16, "n": 16, "k": 512, "split": 3, "results": []}}', "divide k"),
+    ('{"16x16x512/4": {"m": 16, "n": 16, "k": 512, "results": []}}', "KeyError"),
+    ('{"16x16x512/4": {"m": 16, "n": 16, "k": 512, "split": 4, "results": [{"tile": "x", "algo_id": 11, '
+     '"splitk": 1}]}}', "tile must be"),
+])
+def test_a_corrupt_batched_probe_file_is_a_clear_error_naming_it(tmp_path, shapes, message):
+    p = tmp_path / "batched.json"
+    p.write_text(HEAD + shapes + "}")
+    with pytest.raises(SK.HeuristicError, match=message) as info:
+        CL.load_probe(p)
+    assert str(p) in str(info.value)
+
+
+def test_a_recorded_lt_failure_is_no_choice(tmp_path):
+    p = tmp_path / "batched.json"
+    p.write_text(HEAD + '{"16x16x512/4": {"m": 16, "n": 16, "k": 512, "split": 4, "error": "x"}}}')
+    assert CL.load_probe(p) == {}
+
+
+def test_without_a_gpu_the_batched_choice_is_none_and_the_model_falls_back(q, monkeypatch):
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE", True)
+    with pytest.warns(RuntimeWarning, match="CuPy is not in use"):
+        assert CL.batched_choice(16, 720, 448, 8, "float32", q.device_name) is None
+    assert SK.batched_gemm_us(q, 16, 720, 448, 8) == SK.gemm_us(q, 16, 720, 448, 4, 4, "simt", batch=8)
+
+
+def test_a_failing_library_gives_no_batched_choice_never_an_exception(monkeypatch):
+    runtime = types.SimpleNamespace(getDevice=lambda: 0, getDeviceProperties=lambda i: {"name": b"NVIDIA H200"})
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime, device=types.SimpleNamespace(
+        get_cublas_handle=lambda: None)))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(CL, "candidate_libs", lambda: [("/nonexistent/libcublasLt.so.13", "test")])
+    with pytest.warns(RuntimeWarning, match="no libcublasLt could be loaded"):
+        assert CL.batched_choice(16, 720, 448, 8, "float32", "NVIDIA H200") is None
+    assert CL.batched_choice(16, 720, 224, 16, "float32", "NVIDIA H200") is None  # kept, not retried
