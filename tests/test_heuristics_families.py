@@ -39,7 +39,10 @@ def test_normalization_space_is_launchable_and_reads_the_register_parameters(sim
                                                         "dtype": "float16"})], sim_prof)
     assert {"normalization.additional_registers", "normalization.max_persistent_elements_per_thread",
             "normalization.load_bandwidth_gbps.align16", "memory.bytes_in_flight_per_sm", "device.sm_count",
-            "memory.l2.capacity_bytes", "memory.l2.read_bandwidth_gbps"} <= names
+            "device.l2_bytes", "memory.l2.read_bandwidth_gbps"} <= names
+    # its L2 shares are of the hardware L2 (predictor.l2_scale_bytes): the measured capacity's scatter
+    # over H200 hosts and runs (36.9-47.1 MB) had moved its choices (2f63b0a, d1ff133)
+    assert "memory.l2.capacity_bytes" not in names
     assert all(n.startswith(("normalization.", "memory.", "device.", "compute.")) for n in names)
 
 
