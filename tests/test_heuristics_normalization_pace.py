@@ -179,3 +179,44 @@ def test_the_choices_do_not_follow_the_measured_capacity(tmp_path, monkeypatch):
     before, moved = _choices("I", _recording("I")[1]), _choices("I", _capacity_moved(R / own_path, tmp_path, 0.78))
     assert {k for k in before if moved[k] != before[k]} == {
         _key({"op": "layernorm", "rows": 964, "cols": 12568, "dtype": "float16"})}
+
+
+M_LONG_ROWS = {"op": "layernorm", "rows": 4538, "cols": 22176, "dtype": "float32"}  # 89 kB rows, 35 per SM
+M_THREE_ROWS = {"op": "softmax", "rows": 344, "cols": 20568, "dtype": "float32"}  # 82 kB rows, 3 per SM
+
+
+def _efficiency(name, desc, monkeypatch=None, **consts):
+    if monkeypatch is not None:
+        for k, v in consts.items():
+            monkeypatch.setattr(N, k, v)
+    _, prof = _recording(name)
+    times = _times(name, desc)
+    return min(times.values()) / times[N.heuristic(desc, prof).autotune_name]
+
+
+def test_long_cycling_rows_overlap_their_memory_at_one_block_per_sm(monkeypatch):
+    """M's fp32 layer norm 4538 x 22176: persistent v4 x 64 at 512 threads (one block per SM) ran
+    within 1% of the best; without the in-flight overlap (INFLIGHT_SHARE 0) the model chose multi-pass
+    at 1024 threads (0.852). M's fp32 softmax 344 x 20568 (three rows per SM, the SMs in phase) keeps
+    multi-pass; with the overlap counted there too it goes persistent and loses (0.862; A's, J's and L's
+    fp32 rows of 17-31k elements at 2-3 rows per SM 0.880-0.897)."""
+    d, shipped = N.descriptor(M_LONG_ROWS), N.INFLIGHT_SHARE
+    q = q_of(_recording("M")[1])
+    assert N.overlapping_blocks(1, 35, d.cols * d.itemsize_bytes, q("memory.bytes_in_flight_per_sm"), True) > 1.3
+    assert _efficiency("M", M_LONG_ROWS) > 0.99
+    assert _efficiency("M", M_THREE_ROWS) > 0.99
+    assert _efficiency("M", M_LONG_ROWS, monkeypatch, INFLIGHT_SHARE=0.0) < 0.86
+    assert _efficiency("M", M_THREE_ROWS, monkeypatch, INFLIGHT_SHARE=shipped, INFLIGHT_MIN_ROWS_PER_SM=0) < 0.87
+
+
+def test_the_shipped_inflight_share_beats_none_and_a_larger_one_on_a_to_m(monkeypatch):
+    """The selection INFLIGHT_SHARE came from, on A-M with their own profiles and the corrections
+    refitted per value: the choices' mean log efficiency at the shipped share is above that at 0 (no
+    overlap) and at 0.5."""
+    pairs = [(R / r, R / p) for _, (r, p) in sorted(recordings("normalization", names="ABCDEFGHIJKLM").items())]
+    shipped, score = N.INFLIGHT_SHARE, {}
+    for a in (shipped, 0.0, 0.5):
+        monkeypatch.setattr(N, "INFLIGHT_SHARE", a)
+        samples = N.recorded_samples(pairs)
+        score[a] = _mean_log_efficiency(samples, N.fit_all(samples))
+    assert score[shipped] > score[0.0] and score[shipped] > score[0.5], score

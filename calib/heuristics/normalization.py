@@ -144,6 +144,24 @@ MACHINE_NORM = 2.17  # per-SM and machine-wide times combine as a p-norm of 1 + 
 #                      memory and its work add (fp16 layer norm 5756 x 19688, one 512-thread block per SM:
 #                      4.5 us per row, its DRAM share 2.5 us; multi-pass, four blocks per SM, 127 us in all)
 PACE_NORM = 2.9  # the SM's block pace and its work per row combine as a p-norm of this p
+# A persistent block whose row is several times memory.bytes_in_flight_per_sm (the bytes an SM needs in
+# flight for 90% of its DRAM share) draws more than its SM's share while it loads, so once rows cycle
+# (the SMs fall out of phase) other SMs' loads cover one SM's reduce-and-store: its memory and work
+# overlap as if INFLIGHT_SHARE x (resident x row bytes / need) blocks were resident, when that is more
+# than the blocks (in MACHINE_NORM's p; only rows over need / INFLIGHT_SHARE, 58-62 kB on the H200
+# profiles, at one block per SM). Over A-M (corrections applied) persistent candidates at one block per
+# SM on DRAM-served rows cycling 5+ per SM ran a median log(measured / predicted) of -0.185 (143
+# candidates) at 2.8-5.7x the need and -0.150 (24) above, against -0.013..-0.018 (338) at 0.7-2.8x; on N-P,
+# not fitted on, -0.146 (34) at 2.8-5.7x. M's fp32 layer
+# norm 4538 x 22176 (89 kB rows, 35 per SM): v4 x 64 at 512 threads ran within 0.4% of the best where
+# the model chose multi-pass at 1024 threads (0.852). Only where rows cycle, INFLIGHT_MIN_ROWS_PER_SM or
+# more per SM (the DRAIN_BLOCKS analysis's bound): at 3 rows per SM the SMs load at once, and E's fp32
+# layer norm 385 x 17040 (68 kB rows) lost 0.801 when the overlap was counted there. The share is
+# chosen as BLOCK_PACE_NORM is, by the choices' mean log efficiency over A-M (corrections refitted per
+# value) of {0, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6}: -0.01035 at 0, -0.00993 at 0.3, -0.00994 at 0.35 (which
+# also takes J's 1888 x 30454, 61 kB rows, to persistent: 0.804 -> 0.880), -0.01047 at 0.5.
+INFLIGHT_SHARE = 0.3
+INFLIGHT_MIN_ROWS_PER_SM = 5
 SPILL_BYTES = 5.9  # (only for a spill PTXAS_SPILL_BYTES does not list) local-memory bytes moved per spilled
 #                   register byte and thread: they pass through the
 #                   SM's share of L2 bandwidth in the block's life and through L2 on the machine (fp16
@@ -309,6 +327,14 @@ def _pnorm(a: float, b: float, p: float) -> float:
     return (a ** p + b ** p) ** (1 / p)
 
 
+def overlapping_blocks(resident: int, per_sm: int, row_bytes: float, need_bytes: float, persistent: bool) -> float:
+    """The blocks MACHINE_NORM's p counts: the resident ones, or for a persistent block on rows that
+    cycle, INFLIGHT_SHARE x the bytes its SM has in flight in units of ``need_bytes`` where that is more."""
+    if not persistent or per_sm < INFLIGHT_MIN_ROWS_PER_SM:
+        return resident
+    return max(resident, INFLIGHT_SHARE * resident * row_bytes / need_bytes)
+
+
 def _model(d: NormDescriptor, k, q, extra_regs: float, hidden: bool) -> float:
     e, rows, cols = d.itemsize_bytes, d.rows, d.cols
     threads, vec = int(k["threads"]), int(k["vec"])
@@ -358,7 +384,7 @@ def _model(d: NormDescriptor, k, q, extra_regs: float, hidden: bool) -> float:
     t_machine = _pnorm((total * (1 - f) + second * (1 - g)) / bw, (total + second + spill) / l2, L2_NORM)
     waves = per_sm / resident
     t_machine *= (math.ceil(waves) / waves) ** TAIL_EXP
-    p = 1 + (MACHINE_NORM - 1) * (1 - 1 / resident)
+    p = 1 + (MACHINE_NORM - 1) * (1 - 1 / overlapping_blocks(resident, per_sm, row_bytes, need, persistent))
     t = FIXED_US + _pnorm(_pnorm(t_sm, t_pace, PACE_NORM), t_machine, p)
     if hidden:
         t += 0.004 * rows / sms
