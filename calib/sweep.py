@@ -37,6 +37,18 @@ def frame_from(configs: list[dict], measurements):
     return pd.DataFrame([{**c, **m.summary()} for c, m in zip(configs, measurements) if not isinstance(m, Exception)])
 
 
+# Jobs an in-process sweep claims at a time; the backend still measures them one after another.
+# Claimed one by one, a point paid the worker loop's own transactions (reclaim, claim, a heartbeat
+# thread) besides its result's: on the simulated device 11.3 ms a point against 3.4-4.6 ms claimed 16
+# at a time (the quick L2 plan's 262 points, this 2-core CI host, 2026-12-02), and on the H200 the quick
+# suite's L2 sweep of 263 points took 4.2-5.1 s in the suite where the same kernels took 1.5 s timed
+# alone (session 5 calls 1 and 2). A killed sweep loses at most the batch in flight: its jobs are the
+# dead process's, reclaimed on resume (calib.store.dead). ``calib worker`` keeps claiming one job at a
+# time on a GPU, so that a fleet's GPUs share a session's last jobs; the simulated device, vectorized,
+# claims its own larger batches (Worker).
+IN_PROCESS_BATCH = 16
+
+
 def run_sweep(backend: Backend | None, configs: list[dict], store: Store, session_id: int, *, desc: str = "sweep",
               progress: bool = True, gpu_id: int | None = None, wait_for_workers: bool = False,
               max_retries: int = 1, poll_s: float = 1.0, after_measuring=None) -> SweepReport:
@@ -66,7 +78,7 @@ def run_sweep(backend: Backend | None, configs: list[dict], store: Store, sessio
             together = len(configs) if calibrations.measured_together(configs) is not None else None
             worker = Worker(store, backend, sessions=[session_id], gpu_id=gpu_id, max_retries=max_retries,
                             name=worker_name("in-process", desc),  # host:pid first: see calib.store.dead
-                            batch=together)
+                            batch=together or (None if backend.simulated else IN_PROCESS_BATCH))
             worker.run(exit_when_empty=True, on_progress=bar.update)
         bar.n = _terminal(store, job_ids)
         bar.refresh()
