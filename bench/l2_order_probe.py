@@ -8,12 +8,11 @@ grid sees one projection of it: the spread of the end over the phases is the err
 density makes on it, which no repetition on one grid shows (a full run's two interleaved half-grids:
 1.5-5.2% apart).
 
-With ``--dense``: the quick plan as it is (128 working sets, WORKING_SET_SAMPLES a point), then 256 working
-sets (the full suite's grid) with 3 and with 6 samples a point, each sweep's wall time printed: what the
-full count would cost the quick suite, and the end's CI it gives. A fixed structure is sampled better by
-more working sets (a full run's 128-point half-samples: sd 1.9-3.0% on hosts D-H; the full runs' CIs
-±4.3-4.9%), and a point's own noise (an se of 0.06-0.13%) is small beside it, so fewer samples may pay for
-more points (the simulated device times its points by its own rule: there the sample counts do not
+With ``--dense``: the quick plan as it is (since 975baed the full grid's 256 working sets at the quick
+suite's samples a point, WORKING_SET_SAMPLES), then the same 256 working sets with 3 and with 6 samples a
+point, each sweep's wall time printed: what the sample count costs and the end's CI it gives (session 5
+call 1 ran it on the quick plan of 128 x 6 before: 0.98 s, against 1.39 s for 256 x 3 and 1.75 s for
+256 x 6; the simulated device times its points by its own rule: there the sample counts do not
 apply). ``python bench/l2_order_probe.py [sim] [--phases | --dense]``; CSVs of the points go to $OUT."""
 import math
 import time
@@ -35,7 +34,6 @@ else:
 out = os.environ.get("OUT", "/tmp")
 configs = l2.plan("quick", l2_bytes=b.l2_bytes, memory_bytes=b.memory_bytes)
 n = len(configs)
-samples = {}  # sweep name -> samples a working-set point, where not WORKING_SET_SAMPLES
 
 
 def shifted(fraction):
@@ -58,8 +56,11 @@ if "--phases" in sys.argv[1:]:
 elif "--dense" in sys.argv[1:]:
     full = l2.plan("full", l2_bytes=b.l2_bytes, memory_bytes=b.memory_bytes)
     dense = [c for c in full if c["series"] == "working_set"] + [c for c in configs if c["series"] == "bandwidth"]
-    sweeps = {"quick128x6": configs, "dense256x3": dense, "dense256x6": dense}
-    samples = {"dense256x3": 3}
+
+    def with_samples(k):  # each working-set config carries its sample count (cache_hierarchy.measure reads it)
+        return [{**c, "samples": k} if c["series"] == "working_set" else c for c in dense]
+
+    sweeps = {"quick": configs, "dense256x3": with_samples(3), "dense256x6": with_samples(6)}
 else:
     orders = {"ascending": list(range(n)), "descending": list(range(n))[::-1],
               "shuffled": list(np.random.default_rng(0).permutation(n))}
@@ -71,11 +72,9 @@ b.prepare(configs)
 b.measure(configs[:1])
 res, ends = {}, {}
 for name, cs in sweeps.items():
-    l2.WORKING_SET_SAMPLES, planned = samples.get(name, l2.WORKING_SET_SAMPLES), l2.WORKING_SET_SAMPLES
     start = time.perf_counter()
     fr = frame_from(cs, b.measure(cs))
     wall_s = time.perf_counter() - start
-    l2.WORKING_SET_SAMPLES = planned
     fr.to_csv(f"{out}/l2_{name}.csv", index=False)
     r = calibrations.fit(l2.ID, fr)
     h = r.models["hinge"]
