@@ -27,11 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200_recordings import R, recordings  # noqa: E402
 
 RECORDINGS = recordings("pointwise")  # A-P, each with the profile it ran with
-# the committed H200 full runs a refresh could ship (issue 13): session 3's host 7 (the shipped one,
-# 41.4 MB) and session 4's calls 2 and 3 (two other hosts, 37.1 and 36.9 MB)
+# the committed H200 full runs a refresh could ship (issue 13): session 3's host 7 (shipped until
+# session 5, 41.4 MB), session 4's calls 2 and 3 (two other hosts, 37.1 and 36.9 MB) and session 5's
+# call 2 (shipped since, 36.9 MB)
 FULL_RUNS = {"s3-host7": "2026-12-02-h200-suites-session3/profile-full.json",
              "s4-call2": "2026-12-02-h200-suites-session4/call2/profile-full.json",
-             "s4-call3": "2026-12-02-h200-suites-session4/call3/profile-full.json"}
+             "s4-call3": "2026-12-02-h200-suites-session4/call3/profile-full.json",
+             "s5-call2": "2026-12-02-h200-session5-call2/profile-full.json"}  # shipped since session 5
 CAPACITY = "memory.l2.capacity_bytes"
 
 
