@@ -30,7 +30,7 @@ CuPy hands them to cuBLAS (calib.heuristics.cublaslt.Lt.batched_descriptors: op 
 k' = K/split, batch count and strides), 32 MiB workspace; keyed "MxNxK/split", each with its ranked
 results as cublaslt-heuristics writes them (format calib.cublaslt-batched-probe v1). Whether Lt's first
 result is what the batched gemm ran is for splitk-batched-kernels' names to say (as
-bench/cublaslt_compare.py did for split 1: on the H200, 290 of 290 traced pairs, 2026-12-02). ``--all``:
+bench/cublaslt_compare.py did for split 1: on the H200, 571 of 571 traced pairs, 2026-12-02). ``--all``:
 every split > 1 of every recorded fp32 problem (2416 pairs of A-P), so that a replay with the file as
 oracle times every split of a problem from its kernel, not only the splits near the best (with the
 571, a problem's other splits fall back to the fastest SIMT configuration and look faster than
