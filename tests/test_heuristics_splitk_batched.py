@@ -254,3 +254,25 @@ def test_a_failing_library_gives_no_batched_choice_never_an_exception(monkeypatc
     with pytest.warns(RuntimeWarning, match="no libcublasLt could be loaded"):
         assert CL.batched_choice(16, 720, 448, 8, "float32", "NVIDIA H200") is None
     assert CL.batched_choice(16, 720, 224, 16, "float32", "NVIDIA H200") is None  # kept, not retried
+
+
+@pytest.mark.gpu
+def test_on_the_h200_the_live_batched_choice_is_the_probes(batched, monkeypatch):
+    """What a GPU evaluation uses for a problem no probe covers (no oracle is set outside tests): Lt
+    asked live here for every 16th of the 2416 probed pairs gives the probe's first result (algo, tile,
+    split). Only on an H200 with the probe's cuBLASLt (13.1, 130100): Lt's heuristics are per version."""
+    cp = pytest.importorskip("cupy")
+    if CL._live_device() != "NVIDIA H200":
+        pytest.skip("not an H200")
+    doc = json.loads((ROOT / SK.BATCHED_PROBE_FILE).read_text())
+    if CL._lt().version != doc["version"]:
+        pytest.skip(f"cuBLASLt {CL._lt().version}, the probe's is {doc['version']}")
+    monkeypatch.delenv("CUPY_TF32", raising=False)
+    keys = sorted(batched)[::16]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a fallback here would be a failure
+        got = {k: CL.batched_choice(k[1], k[2], k[3], k[4], "float32", "NVIDIA H200") for k in keys}
+    assert cp is not None and len(keys) > 100
+    same = [k for k in keys if got[k] is not None and (got[k].algo_id, got[k].tile_m, got[k].tile_n, got[k].split)
+            == (batched[k].algo_id, batched[k].tile_m, batched[k].tile_n, batched[k].split)]
+    assert len(same) == len(keys), [k for k in keys if k not in same][:5]
