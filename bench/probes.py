@@ -83,16 +83,16 @@ def splitk_kernels(out_path: str, shapes_path: str | None = None) -> None:
     print(f"{len(out)} of {len(shapes)} shapes traced into {out_path}")
 
 
-def batched_shapes(within: float = 1.3) -> list:
+def batched_shapes(within: float = 1.3, names=None) -> list:
     """[m, n, k, split] of the recordings' fp32 problems for every split > 1 that ran within ``within`` of
-    the problem's best (math.inf: every split that ran), read from the committed evaluations (A-P; no
-    unseen seed), without duplicates."""
+    the problem's best (math.inf: every split that ran), read from the committed evaluations (``names``
+    of tests/h200_recordings.py, every one by default; no unseen seed), without duplicates."""
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "tests"))
     from h200_recordings import R, recordings
 
     out = set()
-    for rec, _ in recordings("matmul_splitk").values():
+    for rec, _ in recordings("matmul_splitk", names=names).values():
         for r in json.loads((R / rec).read_text())["rows"]:
             d, t = r["descriptor"], r["times_us"]
             if d["dtype"] != "float32":

@@ -11,6 +11,7 @@ HOST1 = "2026-12-01-h200-heuristics-seed0/profile-call3-full.json"
 HOST2 = "2026-12-01-h200-heuristics-after/profile-call5-full.json"  # B, C; D and E ran with the shipped copy
 HOST4 = "2026-12-01-h200-heuristics-live5/profile-call3-full.json"  # F, G; shipped when H, I and J ran
 HOST7 = "2026-12-02-h200-suites-session3/profile-full.json"  # shipped when K-P ran
+S5C2 = "2026-12-02-h200-session5-call2/profile-full.json"  # shipped since session 5 (Q, R ran with it)
 FOLDERS = {
     "A": ("2026-12-01-h200-heuristics-seed0", 0, HOST1),
     "B": ("2026-12-01-h200-heuristics-after", 0, HOST2),
@@ -33,6 +34,11 @@ FOLDERS = {
     "O": ("2026-12-02-h200-heuristics-s4c4/seed11", 11, HOST7),
     # seed 12, unseen when it ran (the same code as O's and the same profile; a 13th host)
     "P": ("2026-12-02-h200-heuristics-s4c5/seed12", 12, HOST7),
+    # seeds 13 and 14, unseen when they ran (session 5's models: L2 thresholds on the hardware L2,
+    # normalization's block pace and in-flight share, split-K's whole-wave cuBLASLt kernels), on the
+    # refreshed shipped profile; the machine of session 5 call 3 (a 15th host)
+    "Q": ("2026-12-02-h200-heuristics-s5c4/seed13", 13, S5C2),
+    "R": ("2026-12-02-h200-heuristics-s5c4/seed14", 14, S5C2),
 }
 FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
