@@ -99,10 +99,7 @@ class Worker:
 
     def _measure(self, jobs: list[tuple[int, dict]], stats: WorkerStats):
         with _Heartbeat(self.store, [j for j, _ in jobs], self.name, self.heartbeat_s):
-            try:
-                outcomes = self.backend.measure([d for _, d in jobs])
-            except Exception as exc:  # the backend itself broke: every job of the batch failed
-                outcomes = [exc] * len(jobs)
+            outcomes = self._outcomes([d for _, d in jobs])
         for (job_id, _), outcome in zip(jobs, outcomes):
             if isinstance(outcome, Exception):
                 message = f"{type(outcome).__name__}: {outcome}"
@@ -114,3 +111,19 @@ class Worker:
                 stats.completed += 1
             else:
                 stats.lost += 1
+
+    def _outcomes(self, configs: list[dict]) -> list:
+        """The backend's outcome per config. A measure call that raised (anything but the errors a
+        backend returns per config: NoCandidateSurvived from a shape search, a kernel's RuntimeError)
+        is made again one config at a time, so that the error fails its own point only: an in-process
+        sweep on a GPU claims calib.sweep.IN_PROCESS_BATCH jobs, and one such point failed the batch's
+        other 15 on both attempts (max_retries 1) when the batch failed as a whole. Points that a
+        calibration times together (measured_together) fail together, as one measurement."""
+        from . import calibrations
+
+        try:
+            return self.backend.measure(configs)
+        except Exception as exc:  # noqa: BLE001 - recorded as the job's error, never lost
+            if len(configs) == 1 or calibrations.measured_together(configs) is not None:
+                return [exc] * len(configs)
+        return [self._outcomes([c])[0] for c in configs]

@@ -126,6 +126,37 @@ def test_an_in_process_sweep_on_a_gpu_claims_its_jobs_in_batches_and_measures_th
     assert len(store.frame(sid)) == len(configs)  # one measurement each, none lost or doubled
 
 
+class OnePointRaises(ClaimsAsAGpu):
+    """A GPU backend whose measure call raises (not a per-config error) when one point is among its
+    configs, as memory_bandwidth's shape search raises NoCandidateSurvived."""
+    bad = None
+
+    def measure(self, configs):
+        if self.bad in configs:
+            self.calls.append(len(configs))
+            raise RuntimeError("no candidate survived its check")
+        return super().measure(configs)
+
+
+def test_a_point_whose_measure_call_raises_fails_alone_in_a_claimed_batch(store):
+    """Claimed IN_PROCESS_BATCH at a time, one point's exception must not fail the batch's other points:
+    the worker measures a batch whose call raised again one config at a time (before, all 16 jobs of the
+    batch failed on both attempts and the sweep lost 15 good points)."""
+    from calib.sweep import IN_PROCESS_BATCH
+
+    backend = OnePointRaises()
+    device, software = backend.fingerprint()
+    sid = store.open_session("t", device, software)
+    configs = _configs(backend)[: 2 * IN_PROCESS_BATCH + 5]
+    backend.bad = configs[IN_PROCESS_BATCH + 3]
+    report = run_sweep(backend, configs, store, sid, progress=False)
+    assert report.measured == len(configs) - 1
+    assert [c for c, _ in report.failed] == [backend.bad] and "no candidate survived" in report.failed[0][1]
+    jobs = store.jobs_frame(sid)
+    assert (jobs["state"] == "completed").sum() == len(configs) - 1
+    assert len(store.frame(sid)) == len(configs) - 1  # one measurement each of the others, none doubled
+
+
 def test_a_calibration_that_times_its_points_in_rounds_gets_them_in_one_measure_call(store, monkeypatch):
     """launch_latency's host-timed points are interleaved (calib.timing.interleave): the sweep must
     hand the backend all of them at once, where a GPU worker otherwise claims one job at a time."""
