@@ -162,6 +162,24 @@ PACE_NORM = 2.9  # the SM's block pace and its work per row combine as a p-norm 
 # also takes J's 1888 x 30454, 61 kB rows, to persistent: 0.804 -> 0.880), -0.01047 at 0.5.
 INFLIGHT_SHARE = 0.3
 INFLIGHT_MIN_ROWS_PER_SM = 5
+# Multi-pass blocks that start together stay in phase: in a call of one wave (every row resident at
+# once) an SM's R blocks load, reduce and store at the same moments, so their memory and work do not
+# overlap as R staggered blocks' do; the stagger builds up as blocks finish and new rows take their
+# place. So MACHINE_NORM's p counts 1 + (R - 1) x min(1, (waves - 1) / STAGGER_WAVES) multi-pass blocks,
+# waves = rows per SM / R, where the second read comes from DRAM (its L2 share 0: the rows in flight
+# are far over the L2, so each block's loads wait on DRAM together). R (seed 14, H200, 2026-12-02, live in
+# session 5 call 4): fp32 softmax 960 x 28805 (115 kB rows, 8 per SM, second read from DRAM) ran
+# multi-pass 146.9 / 139.9 / 117.5 us at 256 / 512 / 1024 threads (1, 2, 4 waves), predicted 120.0 /
+# 120.3 / 120.9 (the model had 8 resident blocks overlapping best); now 168.6 / 124.7 / 120.8.
+# Over A-R's near-best multi-pass candidates (within 1.5x of the best) of one wave the corrected model's
+# median log(measured / predicted) was +0.047 on sets over 50 MB (96), -0.019 below (9787). Counting
+# every one-wave multi-pass candidate this way (any L2 share) lost E 0.787, G 0.794, K 0.819, N 0.816.
+# STAGGER_WAVES chosen as BLOCK_PACE_NORM is, by the choices' mean log efficiency over A-M (corrections
+# refitted per value) of {0, 1, 1.5, 2, 3, 4, 6}: -0.00993 at 0, -0.00991 at 1-3, -0.01000 at 4-6: A-M
+# barely tell, so the value (2, the middle of the plateau) was picked with R seen: R 0.800 -> 0.914
+# at 1.5-6, 0.840 at 1.
+STAGGER_WAVES = 2.0
+STAGGER_MAX_L2 = 0.0  # the second read's L2 share up to which multi-pass blocks count their stagger
 SPILL_BYTES = 5.9  # (only for a spill PTXAS_SPILL_BYTES does not list) local-memory bytes moved per spilled
 #                   register byte and thread: they pass through the
 #                   SM's share of L2 bandwidth in the block's life and through L2 on the machine (fp16
@@ -327,10 +345,17 @@ def _pnorm(a: float, b: float, p: float) -> float:
     return (a ** p + b ** p) ** (1 / p)
 
 
-def overlapping_blocks(resident: int, per_sm: int, row_bytes: float, need_bytes: float, persistent: bool) -> float:
-    """The blocks MACHINE_NORM's p counts: the resident ones, or for a persistent block on rows that
-    cycle, INFLIGHT_SHARE x the bytes its SM has in flight in units of ``need_bytes`` where that is more."""
-    if not persistent or per_sm < INFLIGHT_MIN_ROWS_PER_SM:
+def overlapping_blocks(resident: int, per_sm: int, row_bytes: float, need_bytes: float, persistent: bool,
+                       l2_share: float = 1.0) -> float:
+    """The blocks MACHINE_NORM's p counts: the resident ones; for multi-pass blocks whose second read
+    (``l2_share`` from L2) is DRAM's, those out of phase (STAGGER_WAVES); for a persistent block on rows
+    that cycle, INFLIGHT_SHARE x the bytes its SM has in flight in units of ``need_bytes`` where more."""
+    if not persistent:
+        if STAGGER_WAVES <= 0 or l2_share > STAGGER_MAX_L2:
+            return resident
+        stagger = min(1.0, max(0.0, per_sm / resident - 1) / STAGGER_WAVES)
+        return 1 + (resident - 1) * stagger
+    if per_sm < INFLIGHT_MIN_ROWS_PER_SM:
         return resident
     return max(resident, INFLIGHT_SHARE * resident * row_bytes / need_bytes)
 
@@ -384,7 +409,7 @@ def _model(d: NormDescriptor, k, q, extra_regs: float, hidden: bool) -> float:
     t_machine = _pnorm((total * (1 - f) + second * (1 - g)) / bw, (total + second + spill) / l2, L2_NORM)
     waves = per_sm / resident
     t_machine *= (math.ceil(waves) / waves) ** TAIL_EXP
-    p = 1 + (MACHINE_NORM - 1) * (1 - 1 / overlapping_blocks(resident, per_sm, row_bytes, need, persistent))
+    p = 1 + (MACHINE_NORM - 1) * (1 - 1 / overlapping_blocks(resident, per_sm, row_bytes, need, persistent, g))
     t = FIXED_US + _pnorm(_pnorm(t_sm, t_pace, PACE_NORM), t_machine, p)
     if hidden:
         t += 0.004 * rows / sms
