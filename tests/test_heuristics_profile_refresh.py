@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from calib.heuristics import pointwise as PW
+from calib.heuristics import choose
 from calib.heuristics import predictor as P
-from calib.profile import load_profile
+from calib.profile import Profile, load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200_recordings import R, recordings  # noqa: E402
@@ -82,6 +83,22 @@ def test_the_l2_scale_is_the_hardware_l2_where_the_fingerprint_has_it():
     # every committed H200 profile's fingerprint says 60 MiB: the scale is one number on all of them
     for path in {p for _, p in RECORDINGS.values()} | set(FULL_RUNS.values()):
         assert load_profile(R / path, device=None, software=None).device["l2_bytes"] == 62914560, path
+
+
+@pytest.mark.parametrize("l2_bytes", [None, 0, -1, True, "60 MiB", float("inf"), float("nan")])
+def test_a_fingerprint_without_a_usable_l2_size_falls_back_to_the_measured_capacity(l2_bytes):
+    """No hardware L2 in the fingerprint (missing, 0, garbage): the scale is the measured capacity, as a
+    hand-written profile's, through the profile reader and the simulated truth's dict alike (an infinite
+    one had put every working set in L2, ``True`` the scale at 0.7 bytes), and query still answers."""
+    shipped = load_profile(R / FULL_RUNS["s5-call2"], device=None, software=None)
+    device = {"sm_count": 132} if l2_bytes is None else {"sm_count": 132, "l2_bytes": l2_bytes}
+    profile = Profile(dict(shipped.params), device=device, software=None)
+    capacity = shipped.query(CAPACITY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert P.l2_scale_bytes(P.q_of(profile)) == capacity
+        assert P.l2_scale_bytes(P.q_of_values({CAPACITY: capacity}, device)) == capacity
+        assert choose("pointwise", {"op": "mul", "n": 1 << 22, "dtype": "float64"}, profile) is not None
 
 
 @pytest.mark.parametrize("factor", [0.91, 1.09])

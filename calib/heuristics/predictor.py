@@ -135,9 +135,12 @@ L2_SHARE = 0.70
 
 
 def l2_scale_bytes(q) -> float:
-    """L2_SHARE x the hardware L2 (``device.l2_bytes``), else ``memory.l2.capacity_bytes``."""
+    """L2_SHARE x the hardware L2 (``device.l2_bytes``), else ``memory.l2.capacity_bytes``. A value
+    that is no size (infinite, a bool: ``read`` passes an infinite one, the simulated truth's dict
+    either) counts as absent: an infinite scale put every working set in L2, ``True`` at 0.7 bytes."""
     hardware = q("device.l2_bytes", 0.0)
-    if isinstance(hardware, (int, float)) and hardware > 0:
+    if (isinstance(hardware, (int, float)) and not isinstance(hardware, bool) and math.isfinite(hardware)
+            and hardware > 0):
         return L2_SHARE * float(hardware)
     return q("memory.l2.capacity_bytes", DEFAULTS["memory.l2.capacity_bytes"])
 
