@@ -5,7 +5,7 @@ of +-3-10%), and the pointwise thresholds were fitted in multiples of that capac
 N (seed 10) with session 4 call 3's profile (36.9 MB) chose a cover grid where the persistent one
 won on a 43.9 MB fp64 mul, 0.745 of the best (0.914 with its own profile). The working-set
 thresholds now key on the fingerprint's hardware L2 (predictor.l2_scale_bytes), which is the same
-62.9 MB on every H200 host; these tests replay every recording A-P with each committed full-run
+62.9 MB on every H200 host; these tests replay every recording A-R with each committed full-run
 profile and with its own profile's capacity moved by its CI."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from calib.profile import Profile, load_profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200_recordings import R, recordings  # noqa: E402
 
-RECORDINGS = recordings("pointwise")  # A-P, each with the profile it ran with
+RECORDINGS = recordings("pointwise")  # A-R (Q and R since 105a37d), each with the profile it ran with
 # the committed H200 full runs a refresh could ship (issue 13): session 3's host 7 (shipped until
 # session 5, 41.4 MB), session 4's calls 2 and 3 (two other hosts, 37.1 and 36.9 MB) and session 5's
 # call 2 (shipped since, 36.9 MB)
@@ -106,7 +106,7 @@ def test_pointwise_choices_do_not_move_with_the_measured_capacity(factor, tmp_pa
     """Each recording's own profile with its L2 capacity and ramp end 9% off (the CI of session 4's
     capacities): every choice on the 10-100 MB problems, where the L2 thresholds sit, is the same. With
     the thresholds in multiples of the measured capacity (before l2_scale_bytes), -9% moved 33 of these
-    321 choices of A-P and +9% moved 28."""
+    321 choices of A-P and +9% moved 28 (360 such choices with Q and R)."""
     moved, seen = [], 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -123,8 +123,9 @@ def test_pointwise_choices_do_not_move_with_the_measured_capacity(factor, tmp_pa
 
 @pytest.mark.parametrize("full_run", sorted(FULL_RUNS))
 def test_pointwise_meets_the_bars_on_every_recording_with_a_full_run_profile(full_run):
-    """Issue 14's bars (geomean >= 0.97, worst >= 0.85, memory-bound median |error| <= 5%) on each of A-P
-    replayed with another host's full-run profile than its own."""
+    """Issue 14's bars (geomean >= 0.97, worst >= 0.85, memory-bound median |error| <= 5%) on each of A-R
+    replayed with each committed full-run profile (another host's than its own but for K-P with s3-host7
+    and Q, R with s5-call2)."""
     profile = _profile(R / FULL_RUNS[full_run])
     for name, (rec, _) in sorted(RECORDINGS.items()):
         got = _replay(_rows(rec), profile)
