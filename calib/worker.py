@@ -69,7 +69,8 @@ class Worker:
         self.gpu_id = gpu_id
         self.name = name or worker_name(f"gpu{gpu_id}" if gpu_id is not None else "")
         self.max_retries, self.heartbeat_s, self.lease_timeout_s = max_retries, heartbeat_s, lease_timeout_s
-        # The simulated device is vectorized: claim many jobs at a time. A GPU measures one by one.
+        # The simulated device is vectorized: claim many jobs at a time. A GPU claims one at a time unless
+        # told (calib worker --batch; an in-process sweep claims calib.sweep.IN_PROCESS_BATCH, 16).
         self.batch = batch or (32 if backend.simulated else 1)
         self.device, _ = backend.fingerprint()
 
