@@ -524,6 +524,13 @@ def fp32_ridge_flops_per_byte(q) -> float:
 # recordings (A 4.79 -> 4.50%, B 5.32 -> 4.94%, J 4.26 -> 4.08%, N 4.711 -> 4.705%; F 3.64 -> 4.09%,
 # I 4.32 -> 4.35%).
 CHOICE_BELOW_RIDGE_ROWS_UP_TO = 16
+# What the raise could not catch, live on seed 14 (recording R, H200, 2026-12-02, session 5 call 4):
+# fp32 16x80x768 split 1 ran 28.5 us, predicted 9.68 (the plain model: Lt's live first result there
+# timed at most that, a split of K or an algo without factors; any unsplit tile would have raised it
+# to 13-35 us and taken split 4, which ran 12.5). The other 32 recorded fp32 outputs of at most
+# 64x256 with K <= 2560 (A-R) ran 7.5-13.1 us, so no shape rule names it; an unsplit CUTLASS 64x64
+# kernel is 25.5 us in this model. tests/test_heuristics_splitk_seed14.py pins the data; which kernel
+# ran needs the GPU (bench/probes.py cublaslt-heuristics and splitk-kernels for that shape).
 
 
 def raised_by_choice(q, m: int, n: int, k: int) -> bool:
