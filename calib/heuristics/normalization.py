@@ -177,7 +177,11 @@ INFLIGHT_MIN_ROWS_PER_SM = 5
 # STAGGER_WAVES chosen as BLOCK_PACE_NORM is, by the choices' mean log efficiency over A-M (corrections
 # refitted per value) of {0, 1, 1.5, 2, 3, 4, 6}: -0.00993 at 0, -0.00991 at 1-3, -0.01000 at 4-6: A-M
 # barely tell, so the value (2, the middle of the plateau) was picked with R seen: R 0.800 -> 0.914
-# at 1.5-6, 0.840 at 1.
+# at 1.5-6, 0.840 at 1. Leave one seed out with the value chosen per fold too, R's fold picks 1 (on
+# A-M: R 0.840) or 0 (on A-R less seed 14: 0.800), so R's 0.914 is not a held-out result. What does
+# hold out is the prediction: the multi-pass candidates the stagger moves (one to three waves, second
+# read from DRAM) ran a median log(measured / predicted) of +0.133 (A-M, 281) and +0.155 (N-Q, not
+# fitted on, 59) without it, +0.034 and +0.045 with it (median |log| 0.133 -> 0.116, 0.155 -> 0.111).
 STAGGER_WAVES = 2.0
 STAGGER_MAX_L2 = 0.0  # the second read's L2 share up to which multi-pass blocks count their stagger
 SPILL_BYTES = 5.9  # (only for a spill PTXAS_SPILL_BYTES does not list) local-memory bytes moved per spilled
