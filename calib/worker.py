@@ -99,19 +99,35 @@ class Worker:
         return stats
 
     def _measure(self, jobs: list[tuple[int, dict]], stats: WorkerStats):
-        with _Heartbeat(self.store, [j for j, _ in jobs], self.name, self.heartbeat_s):
-            outcomes = self._outcomes([d for _, d in jobs])
-        for (job_id, _), outcome in zip(jobs, outcomes):
-            if isinstance(outcome, Exception):
-                message = f"{type(outcome).__name__}: {outcome}"
-                stats.failed_attempts += 1
-                stats.errors.append(message)
-                self.store.fail(job_id, message, worker=self.name, max_retries=self.max_retries)
-            elif self.store.complete(job_id, outcome, worker=self.name,
-                                     candidates=outcome.candidates):
-                stats.completed += 1
-            else:
-                stats.lost += 1
+        """A batch the backend measures in one call (the simulated device, vectorized; points a
+        calibration times together) is begun as a whole. On a GPU the jobs of a batch are begun,
+        measured and recorded one after another, so that a worker killed mid-batch leaves its
+        measured points recorded and is charged a retry for the one point in flight only
+        (calib.store.dead): the others were never begun."""
+        from . import calibrations
+
+        ids = [j for j, _ in jobs]
+        configs = [d for _, d in jobs]
+        with _Heartbeat(self.store, ids, self.name, self.heartbeat_s):
+            if len(jobs) == 1 or self.backend.simulated or calibrations.measured_together(configs) is not None:
+                self.store.start(ids, self.name)  # a batch's claim begins none of them (Store.claim)
+                for job_id, outcome in zip(ids, self._outcomes(configs)):
+                    self._record(job_id, outcome, stats)
+                return
+            for job_id, config in jobs:
+                self.store.start([job_id], self.name)
+                self._record(job_id, self._outcomes([config])[0], stats)
+
+    def _record(self, job_id: int, outcome, stats: WorkerStats):
+        if isinstance(outcome, Exception):
+            message = f"{type(outcome).__name__}: {outcome}"
+            stats.failed_attempts += 1
+            stats.errors.append(message)
+            self.store.fail(job_id, message, worker=self.name, max_retries=self.max_retries)
+        elif self.store.complete(job_id, outcome, worker=self.name, candidates=outcome.candidates):
+            stats.completed += 1
+        else:
+            stats.lost += 1
 
     def _outcomes(self, configs: list[dict]) -> list:
         """The backend's outcome per config. A measure call that raised (anything but the errors a

@@ -89,6 +89,25 @@ def test_a_reclaimed_job_counts_a_retry_and_says_whose_process_died(session):
     assert f"{HOST}:{dead_pid}" in jobs.loc[job_id, "error"] and "died" in jobs.loc[job_id, "error"]
 
 
+def test_a_dead_worker_is_charged_for_the_job_it_had_begun_not_for_the_rest_of_its_batch(session):
+    """An in-process sweep on a GPU claims 16 jobs at a time and begins them one by one: killed
+    mid-batch, its recorded points stay, the point in flight counts a retry, and the points it had
+    not begun go back with none (twice killed, a whole batch had ended timed_out)."""
+    store, backend, sid = session
+    dead = f"{HOST}:{_dead_pid()}:in-process:run"
+    jobs = store.claim([sid], worker=dead, limit=6)
+    (done_id, done_cfg), (flight_id, _), *untouched = jobs
+    store.start([done_id], dead)
+    assert store.complete(done_id, backend.measure([done_cfg])[0], worker=dead)
+    store.start([flight_id], dead)
+    assert reclaim_dead_here(store, max_retries=0) == 5
+    frame = store.jobs_frame(sid).set_index("job_id")
+    assert frame.loc[done_id, "state"] == "completed"
+    assert frame.loc[flight_id, "state"] == "timed_out" and frame.loc[flight_id, "retries"] == 1
+    for job_id, _ in untouched:
+        assert frame.loc[job_id, "state"] == "new" and frame.loc[job_id, "retries"] == 0
+
+
 def test_worker_names_start_with_host_and_pid(session):
     store, backend, sid = session
     assert Worker(store, backend).name.startswith(f"{HOST}:{os.getpid()}")

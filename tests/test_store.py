@@ -119,8 +119,17 @@ def test_an_in_process_sweep_on_a_gpu_claims_its_jobs_in_batches_and_measures_th
     device, software = backend.fingerprint()
     sid = store.open_session("t", device, software)
     configs = _configs(backend)[: 2 * IN_PROCESS_BATCH + 5]
+    claimed, real_claim = [], store.claim
+
+    def claim(*a, **kw):
+        jobs = real_claim(*a, **kw)
+        claimed.append(len(jobs))
+        return jobs
+
+    store.claim = claim
     assert run_sweep(backend, configs, store, sid, progress=False).measured == len(configs)
-    assert backend.calls == [IN_PROCESS_BATCH, IN_PROCESS_BATCH, 5]
+    assert claimed[:3] == [IN_PROCESS_BATCH, IN_PROCESS_BATCH, 5] and not any(claimed[3:])
+    assert backend.calls == [1] * len(configs)  # begun, measured and recorded one after another
     jobs = store.jobs_frame(sid)
     assert len(jobs) == len(configs) and (jobs["state"] == "completed").all()
     assert len(store.frame(sid)) == len(configs)  # one measurement each, none lost or doubled

@@ -372,14 +372,18 @@ class Store:
 
     def claim(self, session_ids: list[int], *, worker: str, gpu_id: int | None = None,
               limit: int = 1) -> list[tuple[int, dict]]:
-        """Hand up to ``limit`` ``new`` jobs of these sessions to ``worker``, atomically."""
+        """Hand up to ``limit`` ``new`` jobs of these sessions to ``worker``, atomically. One job is
+        started as it is claimed; of several, each is ``started_at`` only once the worker begins it
+        (:meth:`start`), so that a worker that dies mid-batch is charged a retry for the jobs it had
+        begun, not for the ones it never touched (calib.store.dead)."""
         if not session_ids:
             return []
         now = utcnow()
         pick = (select(JobRow.id).where(JobRow.session_id.in_(session_ids), JobRow.state == "new")
                 .order_by(JobRow.id).limit(limit).with_for_update(skip_locked=True))
         stmt = (update(JobRow).where(JobRow.id.in_(pick.scalar_subquery()), JobRow.state == "new")
-                .values(state="running", claimed_at=now, started_at=now, heartbeat_at=now, worker=worker,
+                .values(state="running", claimed_at=now, started_at=now if limit == 1 else None,
+                        heartbeat_at=now, worker=worker,
                         gpu_id=gpu_id, machine_name=socket.gethostname(), finished_at=None)
                 .returning(JobRow.id, JobRow.config_id))
         with Session(self.engine) as s, s.begin():
@@ -397,6 +401,12 @@ class Store:
         with Session(self.engine) as s:
             return s.scalar(select(func.count()).where(JobRow.session_id.in_(session_ids),
                                                        JobRow.state.not_in(TERMINAL_STATES)))
+
+    def start(self, job_ids: list[int], worker: str) -> None:
+        """Mark claimed jobs begun (``started_at``): the ones a worker's death is charged for."""
+        with Session(self.engine) as s, s.begin():
+            s.execute(update(JobRow).where(JobRow.id.in_(job_ids), JobRow.worker == worker,
+                                           JobRow.state == "running").values(started_at=utcnow()))
 
     def heartbeat(self, job_id: int, worker: str) -> bool:
         """Refresh the job's heartbeat; False if the job is no longer this worker's."""

@@ -45,8 +45,10 @@ def dead_workers_here(store, host: str | None = None) -> list[str]:
 
 
 def reclaim_dead_here(store, *, max_retries: int, host: str | None = None) -> int:
-    """Put the running jobs of this host's dead workers back (``new``, or ``timed_out`` once out of
-    retries, as a lease would); returns how many."""
+    """Put the running jobs of this host's dead workers back: the ones it had begun (``started_at``
+    set) ``new``, or ``timed_out`` once out of retries, as a lease would; the ones it had claimed in a
+    batch but never begun ``new`` with no retry charged, since nothing of theirs ran (a killed in-process
+    sweep holds 16, and twice killed they had all ended ``timed_out``). Returns how many."""
     host = host or socket.gethostname()
     dead = dead_workers_here(store, host)
     if not dead:
@@ -55,11 +57,13 @@ def reclaim_dead_here(store, *, max_retries: int, host: str | None = None) -> in
     n = 0
     with Session(store.engine) as s, s.begin():
         for worker in dead:  # the worker's name in the condition: a job claimed again meanwhile stays
-            n += len(s.execute(update(JobRow)
-                               .where(JobRow.state == "running", JobRow.machine_name == host, JobRow.worker == worker)
+            held = (JobRow.state == "running", JobRow.machine_name == host, JobRow.worker == worker)
+            n += len(s.execute(update(JobRow).where(*held, JobRow.started_at.is_not(None))
                                .values(retries=JobRow.retries + 1,
                                        error=f"its worker {worker} died (no such process on {host})",
                                        state=case((retry, "new"), else_="timed_out"),
                                        finished_at=case((retry, None), else_=utcnow()))
+                               .returning(JobRow.id)).all())
+            n += len(s.execute(update(JobRow).where(*held, JobRow.started_at.is_(None)).values(state="new")
                                .returning(JobRow.id)).all())
     return n
