@@ -42,11 +42,10 @@ def frame_from(configs: list[dict], measurements):
 # thread) besides its result's: on the simulated device 11.3 ms a point against 3.4-4.6 ms claimed 16
 # at a time (the quick L2 plan's 262 points, this 2-core CI host, 2026-12-02), and on the H200 the quick
 # suite's L2 sweep of 263 points took 4.2-5.1 s in the suite where the same kernels took 1.5 s timed
-# alone (session 5 calls 1 and 2). A killed sweep loses at most the batch in flight's measurements: its
-# jobs are the dead process's, reclaimed on resume (calib.store.dead), each charged a retry, so a batch
-# killed twice ends timed_out in the next run's report (simulated, 40 points, the same 16 claimed by both
-# killed runs: 16 failed, measured by the run after; one point with fdababd's one-by-one claims before
-# it). A point whose measure call raises fails alone
+# alone (session 5 calls 1 and 2; 3.0-3.4 s claimed 16 at a time, call 3). The worker begins, measures
+# and records a GPU batch's jobs one after another (Worker._measure), so a killed sweep loses only the
+# point in flight, the one job charged a retry on resume; the batch's others were never begun and go back
+# with none (calib.store.dead). A point whose measure call raises fails alone
 # (Worker._outcomes measures its batch again one by one). ``calib worker`` keeps claiming one job at a
 # time on a GPU, so that a fleet's GPUs share a session's last jobs; the simulated device, vectorized,
 # claims its own larger batches (Worker).

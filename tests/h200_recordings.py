@@ -39,6 +39,8 @@ FOLDERS = {
     # refreshed shipped profile; the machine of session 5 call 3 (a 15th host)
     "Q": ("2026-12-02-h200-heuristics-s5c4/seed13", 13, S5C2),
     "R": ("2026-12-02-h200-heuristics-s5c4/seed14", 14, S5C2),
+    # seed 15, unseen when it ran (normalization's stagger term, split-K's per-partial reduction), a 16th host
+    "S": ("2026-12-02-h200-heuristics-s5c5/seed15", 15, S5C2),
 }
 FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}

@@ -25,7 +25,12 @@ Q met every bar of issue 14 live for all three kinds (split-K's worst 0.901 with
 replayed here without them 0.827, a cuBLAS fp32 split 1 again); R met pointwise's bars, both kinds'
 geomeans and overall errors, and missed normalization's worst case (0.800: fp32 softmax 960 x 28805,
 multi-pass at 256 threads a row against 1024), split-K's worst case (0.438: fp32 16 x 80 x 768, split 1
-ran 28.5 us where 9.7 was predicted) and split-K's memory-bound median (5.7%)."""
+ran 28.5 us where 9.7 was predicted) and split-K's memory-bound median (5.7%).
+Recording S (seed 15, session 5's final models, a 16th host): pointwise and normalization met every
+bar live; split-K its geomean and overall error, not its worst case (0.788: fp32 64 x 3360 x 32512,
+split 8 against 32) or its memory-bound median (5.1%). Its split-K is not replayed here: without
+cuBLASLt's answers (no probe of its shapes) the replay's geomean is 0.956, another model than the one
+that ran live (0.995)."""
 
 from __future__ import annotations
 
@@ -47,8 +52,9 @@ def _replay(kind, name="M"):
 
 
 @pytest.mark.parametrize("kind, name", [("pointwise", "M"), ("pointwise", "O"), ("pointwise", "P"),
-                                        ("pointwise", "Q"), ("pointwise", "R"),
-                                        ("normalization", "M"), ("normalization", "O"), ("normalization", "Q")])
+                                        ("pointwise", "Q"), ("pointwise", "R"), ("pointwise", "S"),
+                                        ("normalization", "M"), ("normalization", "O"), ("normalization", "Q"),
+                                        ("normalization", "S")])
 def test_the_live_check_met_every_bar(kind, name):
     res = _replay(kind, name)
     h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
@@ -58,7 +64,7 @@ def test_the_live_check_met_every_bar(kind, name):
     assert res["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
 
 
-@pytest.mark.parametrize("name", ["M", "O", "Q", "R"])
+@pytest.mark.parametrize("name", ["M", "O", "Q", "R"])  # not S: see the module docstring
 def test_the_live_check_of_splitk_meets_the_geomean_and_its_misses_are_cublas_fp32(name):
     res = _replay("matmul_splitk", name)
     h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
