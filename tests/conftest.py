@@ -41,6 +41,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def fresh_cublaslt_state(monkeypatch):
+    """calib.heuristics.cublaslt's process state (oracle, answer cache, warnings given, the library)
+    empty for the test and restored after it: a split-K test must not see another's answers."""
+    from calib.heuristics import cublaslt
+
+    monkeypatch.setitem(cublaslt._state, "oracle", None)
+    monkeypatch.setitem(cublaslt._state, "cache", {})
+    monkeypatch.setitem(cublaslt._state, "warned", set())
+    monkeypatch.setitem(cublaslt._state, "lt", None)
+
+
+@pytest.fixture
 def fixture_path():
     return lambda name: FIXTURES / name
 

@@ -64,11 +64,8 @@ def recorded():
 
 
 @pytest.fixture(autouse=True)
-def fresh_state(monkeypatch):
-    monkeypatch.setitem(CL._state, "oracle", None)
-    monkeypatch.setitem(CL._state, "cache", {})
-    monkeypatch.setitem(CL._state, "warned", set())
-    monkeypatch.setitem(CL._state, "lt", None)
+def fresh_state(fresh_cublaslt_state):
+    """Every test here starts with cuBLASLt's state empty (conftest.fresh_cublaslt_state)."""
 
 
 def _log_errors(q, batched, fit=None, only=None):

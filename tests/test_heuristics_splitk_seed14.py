@@ -58,11 +58,8 @@ def _q(name):
 
 
 @pytest.fixture(autouse=True)
-def fresh_state(monkeypatch):
-    monkeypatch.setitem(CL._state, "oracle", None)
-    monkeypatch.setitem(CL._state, "cache", {})
-    monkeypatch.setitem(CL._state, "warned", set())
-    monkeypatch.setitem(CL._state, "lt", None)
+def fresh_state(fresh_cublaslt_state):
+    """Every test here starts with cuBLASLt's state empty (conftest.fresh_cublaslt_state)."""
 
 
 def _replay(name):
@@ -81,14 +78,22 @@ def _replay(name):
     return _results[name]
 
 
-def test_the_tiny_fp32_miss_is_one_shape_not_a_rule_of_tiny_gemms():
+def test_the_tiny_fp32_miss_is_one_shape_of_a_r_not_a_rule_of_tiny_gemms_there():
+    """On A-R R's shape was the only tiny fp32 GEMM that ran slow. Seed 15 (S, recorded after this was
+    written) has a second one, 16 x 144 x 256 at 54.7 us: cuBLAS's slow choice for a tiny GEMM is not one
+    shape's, and no shape rule of A-R predicts which."""
     (row,) = [r for r in _rows("R") if r["descriptor"] == TINY]
     assert row["times_us"]["split=1"] > 28 and row["library_us"] > 28  # two separate timings agree
-    others = [(name, r["descriptor"], r["times_us"]["split=1"]) for name in FOLDERS for r in _rows(name)
-              if r["descriptor"]["dtype"] == "float32" and r["descriptor"]["m"] <= 64 and r["descriptor"]["n"] <= 256
-              and r["descriptor"]["k"] <= 2560 and r["descriptor"] != TINY]
+
+    def tiny(names):
+        return [(name, r["descriptor"], r["times_us"]["split=1"]) for name in names for r in _rows(name)
+                if r["descriptor"]["dtype"] == "float32" and r["descriptor"]["m"] <= 64
+                and r["descriptor"]["n"] <= 256 and r["descriptor"]["k"] <= 2560 and r["descriptor"] != TINY]
+
+    others = tiny("ABCDEFGHIJKLMNOPQR")
     assert len(others) >= 30
     assert max(t for _, _, t in others) < 13.5, max(others, key=lambda x: x[2])
+    assert max(t for _, _, t in tiny("S")) > 50  # S's 16 x 144 x 256
     # the two shapes whose K / (M N) bracket this one's (0.60): 0.23 and 0.71
     near = {(d["m"], d["n"], d["k"]): t for _, d, t in others if (d["m"], d["n"], d["k"]) in
             {(16, 208, 768), (16, 112, 1280)}}
