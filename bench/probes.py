@@ -49,12 +49,8 @@ SPLITK_SHAPES = [(1168, 288, 3328), (320, 1424, 29440), (320, 560, 2304), (64, 1
 
 
 def splitk_kernels(out_path: str, shapes_path: str | None = None) -> None:
-    import os
-    import tempfile
-
     import cupy as cp
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     shapes = [tuple(s) for s in json.load(open(shapes_path))] if shapes_path else SPLITK_SHAPES
     torch.zeros(1, device="cuda")
@@ -62,21 +58,8 @@ def splitk_kernels(out_path: str, shapes_path: str | None = None) -> None:
     for m, n, k in shapes:
         at = cp.random.rand(k, m, dtype=cp.float32)
         b = cp.random.rand(k, n, dtype=cp.float32)
-        for _ in range(3):
-            cp.matmul(at.T, b)
-        cp.cuda.Device().synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(5):
-                cp.matmul(at.T, b)
-            cp.cuda.Device().synchronize()
-        fd, f = tempfile.mkstemp(suffix=".json")
-        os.close(fd)
-        prof.export_chrome_trace(f)
-        ev = [e for e in json.load(open(f))["traceEvents"] if e.get("cat") == "kernel"]
-        os.remove(f)
-        out[f"{m}x{n}x{k}"] = [{"name": e["name"][:160], "grid": e["args"].get("grid"), "block": e["args"].get("block"),
-                                "dur_us": round(e["dur"], 2)} for e in ev]
-        first = out[f"{m}x{n}x{k}"][: max(1, len(ev) // 5)]
+        ev = out[f"{m}x{n}x{k}"] = _trace(lambda at=at, b=b: cp.matmul(at.T, b))
+        first = ev[: max(1, len(ev) // 5)]
         if len(shapes) <= 40:
             print(f"{m}x{n}x{k}: " + "; ".join(f"{e['name'][:70]} grid {e['grid']} {e['dur_us']} us" for e in first))
         json.dump(out, open(out_path, "w"), indent=1)  # after every shape: a call cut short keeps what ran
