@@ -4,6 +4,7 @@
     python3 bench/probes.py cublaslt-heuristics SHAPES.json OUT.json [--time N] [--no-log]   # what Lt would pick
     python3 bench/probes.py splitk-batched-kernels OUT.json [SHAPES.json] [--start I] [--max N]   # split > 1's kernels
     python3 bench/probes.py cublaslt-batched OUT.json [SHAPES.json] [--all]   # what Lt would pick for them
+    python3 bench/probes.py shapes SPLIT1.json BATCHED.json [--recordings QRS] [--seeds 16,17] [--tiny]   # lists for the above
 
 splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
 (and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
@@ -34,7 +35,14 @@ bench/cublaslt_compare.py did for split 1: on the H200, 571 of 571 traced pairs,
 every split > 1 of every recorded fp32 problem (2416 pairs of A-P), so that a replay with the file as
 oracle times every split of a problem from its kernel, not only the splits near the best (with the
 571, a problem's other splits fall back to the fastest SIMT configuration and look faster than
-they ran: calib/heuristics/splitk.py, BATCHED_PROBE_FILE)."""
+they ran: calib/heuristics/splitk.py, BATCHED_PROBE_FILE).
+
+shapes: writes the two lists the probes above take, without a GPU: SPLIT1.json, [m, n, k] of the fp32
+problems of the named recordings (``--recordings``, letters of tests/h200_recordings.py) and of the
+problem sets of ``--seeds`` (the evaluation's own generator, 100 problems each, as bench/heuristics_h200.sh
+draws them; nothing of them is measured or read), plus with ``--tiny`` the small-GEMM grid
+(:data:`TINY_GRID`); BATCHED.json, [m, n, k, split] for every split > 1 of the same recorded and
+generated problems (not the grid)."""
 
 from __future__ import annotations
 
@@ -85,6 +93,48 @@ def batched_shapes(within: float = 1.3, names=None) -> list:
                 if split > 1 and us is not None and us <= within * r["best_us"]:
                     out.add((d["m"], d["n"], d["k"], split))
     return [list(x) for x in sorted(out)]
+
+
+# The small fp32 GEMMs where cuBLAS's kernel is furthest from the model: recording R's 16x80x768 ran
+# 28.5 us where Lt's choice (the sm80 xmma 32x32 kernel, its K split 176 ways inside one launch)
+# was modelled at 10, S's 16x144x256 ran 54.7 us. The grid spans the outputs and Ks around them.
+TINY_GRID = [(m, n, k) for m in (16, 32, 48, 64) for n in (16, 32, 80, 144, 208, 400)
+             for k in (256, 512, 768, 1024, 2048)]
+
+
+def probe_shapes(split1_path: str, batched_path: str, *args: str) -> None:
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root))
+    from calib.heuristics import splitk as SK
+
+    opts = {"--recordings": "", "--seeds": ""}
+    for flag in opts:
+        if flag in args:
+            opts[flag] = args[args.index(flag) + 1]
+    split1, batched = set(), set()
+    problems = [SK.SplitKDescriptor(**r["descriptor"]) for rec in _recorded(opts["--recordings"]) for r in rec]
+    for seed in filter(None, opts["--seeds"].split(",")):
+        problems += SK.generate(100, int(seed), max_bytes=1.0e9)
+    for d in problems:
+        if d.dtype == "float32":
+            split1.add((d.m, d.n, d.k))
+            batched.update((d.m, d.n, d.k, k["split"]) for k in SK.space(d) if k["split"] > 1)
+    if "--tiny" in args:
+        split1.update(TINY_GRID)
+    json.dump([list(x) for x in sorted(split1)], open(split1_path, "w"))
+    json.dump([list(x) for x in sorted(batched)], open(batched_path, "w"))
+    print(f"{len(split1)} fp32 GEMMs into {split1_path}, {len(batched)} batched into {batched_path}")
+
+
+def _recorded(names: str) -> list:
+    """The rows of the named recordings' split-K evaluations (tests/h200_recordings.py)."""
+    if not names:
+        return []
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "tests"))
+    from h200_recordings import R, recordings
+
+    return [json.loads((R / rec).read_text())["rows"] for rec, _ in recordings("matmul_splitk", names=names).values()]
 
 
 def _trace(fn, calls: int = 5) -> list:
@@ -190,5 +240,7 @@ if __name__ == "__main__":
         splitk_batched_kernels(*sys.argv[2:])
     elif sys.argv[1:2] == ["splitk-kernels"] and len(sys.argv) >= 3:
         splitk_kernels(*sys.argv[2:4])
+    elif sys.argv[1:2] == ["shapes"] and len(sys.argv) >= 4:
+        probe_shapes(*sys.argv[2:])
     else:  # was a KeyError or IndexError traceback
         raise SystemExit(__doc__.split("\n\n")[1])

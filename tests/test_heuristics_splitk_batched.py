@@ -6,9 +6,10 @@ of their best traced (290 in s5c1, 281 in s5c2).
 Kernel times (traced + splitk.BATCHED_GAP_US against the prediction), median |log error| over the 571:
 the fastest SIMT configuration 0.089 (p10-p90 0.90-1.27x), the named kernel 0.043 (0.93-1.12x); left
 out one seed at a time (every constant refitted without the seed's shapes) 0.089 -> 0.044, lower on
-every seed. The replay is off by default (splitk.BATCHED_FROM_CHOICE): with every split probed it
-raises or keeps every recording's worst case but I's (0.754 -> 0.511), and no margin keeps both C
-and I (test_with_every_split_probed_no_margin_keeps_both_c_and_i).
+every seed. It is used for outputs of at most 16 rows (splitk.BATCHED_FROM_CHOICE_ROWS_UP_TO), with a split
+margin of its own (splitk.SPLIT_MARGIN_FROM_CHOICE): for every output, with every split probed, it raises
+or keeps every recording's worst case but I's (0.754 -> 0.511), and no margin keeps both C and I
+(test_with_every_split_probed_no_margin_keeps_both_c_and_i).
 """
 
 from __future__ import annotations
@@ -134,16 +135,22 @@ def test_left_out_one_seed_at_a_time_the_held_out_kernels_are_closer(batched, q,
     assert round(statistics.median(map(abs, old_all)), 3) == 0.089
 
 
-def test_off_by_default_the_model_is_unchanged_and_on_it_uses_the_choice(batched, q, monkeypatch):
+def test_a_16_row_fp32_output_takes_the_choice_and_others_the_fastest_configuration(batched, q, monkeypatch):
     d = SK.SplitKDescriptor(16, 720, 3584, "float32")  # A/B's miss: split 8 ran 15.7 us (0.78x the old time)
     plain = SK.gemm_us(q, 16, 720, 448, 4, 4, "simt", batch=8)
     with CL.use_oracle(batched):
-        off = SK.model_us(d, {"split": 8}, q)
-        monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE", True)
         on = SK.model_us(d, {"split": 8}, q)
         assert CL.batched_choice(16, 720, 448, 8, "float32", q.device_name).algo_id == SK.SN_ALGO
         fp16 = SK.model_us(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q)
-    monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE", False)
+        assert SK.margin(d, {"split": 8}, q) == SK.SPLIT_MARGIN_FROM_CHOICE
+        assert SK.margin(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q) == SK.SPLIT_MARGIN
+        tall = SK.SplitKDescriptor(48, 1072, 26624, "float32")  # C's: its choice is probed, but 48 rows
+        assert CL.batched_choice(48, 1072, 832, 32, "float32", q.device_name) is not None
+        assert SK.batched_gemm_us(q, 48, 1072, 832, 32) == SK.gemm_us(q, 48, 1072, 832, 4, 4, "simt", batch=32)
+        assert SK.margin(tall, {"split": 32}, q) == SK.SPLIT_MARGIN
+        monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE_ROWS_UP_TO", 0)
+        off = SK.model_us(d, {"split": 8}, q)
+        assert SK.margin(d, {"split": 8}, q) == SK.SPLIT_MARGIN
     assert fp16 == SK.model_us(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q)  # fp32 only
     c = batched[CL.batched_key(16, 720, 448, 8)]
     assert on - off == pytest.approx(SK.batched_choice_us(q, 16, 720, 448, 8, c) - plain)
@@ -165,12 +172,12 @@ def _row(name, m, n, k):
 
 
 def test_with_every_split_probed_no_margin_keeps_both_c_and_i(batched, monkeypatch):
-    """Why BATCHED_FROM_CHOICE is still off with every recorded split probed (--all, 2416 pairs): C's
+    """Why the choice times 16-row outputs only, with every recorded split probed (--all, 2416 pairs): C's
     48x1072x26624 needs its split 32 (predicted 0.830x split 1, ran 134 us where split 1 ran 176), I's
     48x496x22016 must keep split 1 (its split 16 predicted 0.823x split 1, ran 83.3 us where split 1
     ran 42.5: a resident 64x64 grid of one CTA per SM, untraced, whose step factor the non-resident
     grids set). Any SPLIT_MARGIN that takes C's split takes I's too."""
-    monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE", True)
+    monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE_ROWS_UP_TO", 64)
     ratio = {}
     with CL.use_oracle(_oracle(batched)):
         for name, (m, n, k), s in (("C", (48, 1072, 26624), 32), ("I", (48, 496, 22016), 16)):
@@ -183,20 +190,20 @@ def test_with_every_split_probed_no_margin_keeps_both_c_and_i(batched, monkeypat
     assert 0.82 < ratio["I"] and ratio["C"] < 0.84
 
 
-def test_switched_on_i_falls_where_the_others_rise_or_stay(batched, monkeypatch):
-    """The replay of I with both probes as oracle (margin 0.84): its worst 0.754 -> 0.511 (the problem
-    above), where A-H and J-P rise or stay (A 0.828 -> 0.907, J 0.711 -> 1.000, F 0.858 -> 0.925)."""
+def test_for_outputs_of_48_rows_i_falls(batched, monkeypatch):
+    """The replay of I with both probes as oracle: its worst 0.754 with the choice for 16-row outputs
+    (or 32), 0.511 with it up to 48 rows (the problem above)."""
     rec, prof = (R / p for p in recordings("matmul_splitk")["I"])
     profile = load_profile(prof, device=None, software=None)
     worst = {}
-    for on in (False, True):
-        monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE", on)
+    for rows in (16, 32, 48):
+        monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE_ROWS_UP_TO", rows)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             with CL.use_oracle(_oracle(batched)):
                 res = E.evaluate("matmul_splitk", backend=f"replay:{rec}", profile=profile)
-        worst[on] = round(res["summary"]["heuristic"]["worst_efficiency"], 3)
-    assert worst == {False: 0.754, True: 0.511}
+        worst[rows] = round(res["summary"]["heuristic"]["worst_efficiency"], 3)
+    assert worst == {16: 0.754, 32: 0.754, 48: 0.511}
 
 
 def test_the_batched_probe_file_loads_with_untiled_gemmsn_choices(batched):
@@ -236,10 +243,10 @@ def test_a_recorded_lt_failure_is_no_choice(tmp_path):
 
 def test_without_a_gpu_the_batched_choice_is_none_and_the_model_falls_back(q, monkeypatch):
     monkeypatch.delitem(sys.modules, "cupy", raising=False)
-    monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE", True)
     with pytest.warns(RuntimeWarning, match="CuPy is not in use"):
         assert CL.batched_choice(16, 720, 448, 8, "float32", q.device_name) is None
     assert SK.batched_gemm_us(q, 16, 720, 448, 8) == SK.gemm_us(q, 16, 720, 448, 4, 4, "simt", batch=8)
+    assert SK.margin(SK.SplitKDescriptor(16, 720, 3584, "float32"), {"split": 8}, q) == SK.SPLIT_MARGIN
 
 
 def test_a_failing_library_gives_no_batched_choice_never_an_exception(monkeypatch):
