@@ -4,7 +4,7 @@
     python3 bench/probes.py cublaslt-heuristics SHAPES.json OUT.json [--time N] [--no-log]   # what Lt would pick
     python3 bench/probes.py splitk-batched-kernels OUT.json [SHAPES.json] [--start I] [--max N]   # split > 1's kernels
     python3 bench/probes.py cublaslt-batched OUT.json [SHAPES.json] [--all]   # what Lt would pick for them
-    python3 bench/probes.py shapes SPLIT1.json BATCHED.json [--recordings QRS] [--seeds 16,17] [--tiny]   # lists for the above
+    python3 bench/probes.py shapes SPLIT1.json BATCHED.json [--recordings QRS] [--seeds 16,17] [--tiny]   # their lists
 
 splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
 (and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
