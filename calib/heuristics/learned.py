@@ -7,9 +7,16 @@ sizes, where the rate is L2's, and launch-bound ones, where the fixed cost is ev
 model here is the kernel's own three numbers, with the profile's knowledge of *where* the memory
 levels change:
 
-- the share of the bytes L2 serves at each size comes from the profile's L2 capacity
-  (``memory.l2.capacity_bytes``; :func:`calib.heuristics.predictor.streamed_l2_fraction`: a
-  working set streamed once per call loses L2 just past the capacity), not a fit;
+- the share of the bytes L2 serves at each size comes from the profile, not a fit:
+  :func:`calib.heuristics.predictor.streamed_l2_fraction` (a working set streamed once per call
+  loses L2 just past the capacity) on the scale :func:`~calib.heuristics.predictor.l2_scale_bytes`
+  gives (0.70 of the hardware L2, as pointwise and normalization read it; the measured
+  ``memory.l2.capacity_bytes`` where the fingerprint has no L2 size). On the H200 the measured
+  capacity moved 36.9-41.4 MB between hosts while cupy.sum's working sets ran from L2 at 36.9 MB
+  and from DRAM at 51.6 MB on every host; replayed on recordings Q-S (2026-12-02, their learning
+  samples refitted, the shipped profile: capacity 36.9 MB, scale 44.0 MB), cupy.sum's p90 / worst
+  error 5.4 / 11.6, 6.1 / 10.2, 5.1 / 11.2% on the capacity and 5.2 / 6.7, 5.6 / 7.1, 5.0 / 6.4% on
+  the scale (36.9 MB: +11.2% -> within 2%), cupy.multiply's and the softmax's within 0.6 points;
 - ``t0``, ``r_DRAM`` and ``r_L2`` are fitted by weighted least squares over every *sample*
   (weights ``1/t²``: timing noise is proportional to time), with classical standard errors and
   Student-t intervals. With three sizes the residual degrees of freedom come from the samples,
@@ -70,14 +77,11 @@ class LearnedModel:
     ci95: dict = field(default_factory=dict)  # name -> (lo, hi)
     assumed: tuple = ()
     n: int = 0
-    l2_capacity_bytes: float = P.DEFAULTS["memory.l2.capacity_bytes"]
+    l2_scale_bytes: float = P.DEFAULTS["memory.l2.capacity_bytes"]  # the profile's P.l2_scale_bytes
     dram_fill_us: float = 0.0  # from the profile (dram_fill_us), not fitted
 
-    def _q(self, name, default=None):
-        return {"memory.l2.capacity_bytes": self.l2_capacity_bytes}.get(name, default)
-
     def predict_us(self, nbytes: float) -> float:
-        f = P.streamed_l2_fraction(self._q, nbytes)
+        f = P.streamed_l2_fraction(None, nbytes, scale_bytes=self.l2_scale_bytes)
         return (self.t0_us + (1 - f) * self.dram_fill_us
                 + nbytes * (f / (self.l2_rate_gbps * 1e3) + (1 - f) / (self.rate_gbps * 1e3)))
 
@@ -148,7 +152,7 @@ class LearnedModel:
         q = P.q_of(profile)
         fill = read(profile, f"learned.{kernel}.dram_fill_us", None)  # None: stored before the fill existed
         return cls(kernel, vals["t0_us"], vals["rate_gbps"], vals["l2_rate_gbps"], ci,
-                   l2_capacity_bytes=q("memory.l2.capacity_bytes"),
+                   l2_scale_bytes=P.l2_scale_bytes(q),
                    dram_fill_us=0.0 if fill is None else float(fill))
 
 
@@ -190,8 +194,9 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
     q = P.q_of(profile)
     fill = dram_fill_us(q)
     rows, ys, offs = [], [], []
+    l2_scale = P.l2_scale_bytes(q)
     for b, s in zip(nbytes, samples_us):
-        f = P.streamed_l2_fraction(q, float(b))
+        f = P.streamed_l2_fraction(q, float(b), scale_bytes=l2_scale)
         for t in np.asarray(s, dtype=float).ravel():
             if math.isfinite(t) and t > 0:
                 rows.append((1.0, b * (1 - f) / 1e3, b * f / 1e3))
@@ -258,7 +263,7 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
         ci["rate_gbps"] = ci_d
     if ci_l:
         ci["l2_rate_gbps"] = ci_l
-    return LearnedModel(kernel, t0, r_d, r_l, ci, tuple(assumed), len(y), q("memory.l2.capacity_bytes"), fill)
+    return LearnedModel(kernel, t0, r_d, r_l, ci, tuple(assumed), len(y), l2_scale, fill)
 
 
 def learn(kernel: str, make=None, *, sizes=None, bytes_of=None, measure=None, profile=None, timer=None,

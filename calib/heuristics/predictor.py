@@ -156,9 +156,9 @@ STREAMED_L2_START, STREAMED_L2_END = 0.9, 1.125
 def streamed_l2_fraction(q, working_set_bytes: float, scale_bytes: float | None = None) -> float:
     """Share of the traffic L2 serves for a working set streamed once per launch: all of it up to
     STREAMED_L2_START x the scale, none from STREAMED_L2_END x, linear between. The scale is
-    ``memory.l2.capacity_bytes`` unless ``scale_bytes`` is given (normalization passes
-    :func:`l2_scale_bytes`, the hardware L2's share, so that its choices do not follow the measured
-    capacity's scatter; split-K and the learned model keep the measured capacity)."""
+    ``memory.l2.capacity_bytes`` unless ``scale_bytes`` is given (pointwise, normalization and the
+    learned model pass :func:`l2_scale_bytes`, the hardware L2's share, so that they do not follow the
+    measured capacity's scatter; split-K keeps the measured capacity)."""
     cap = scale_bytes
     if cap is None:
         cap = q("memory.l2.capacity_bytes", DEFAULTS["memory.l2.capacity_bytes"])
