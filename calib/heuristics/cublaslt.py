@@ -251,6 +251,7 @@ class Choice:
     source: str
     waves: float = 0.0  # Lt's wavesCount: the CTAs over the SMs' resident slots (0: not given)
     device: str | None = None  # the GPU it was asked on (None: any)
+    custom_option: int = 0  # CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION (for algo 55, how its split reduces)
 
 
 def choice_from_result(r: dict, source: str, device: str | None = None, untiled_ok: bool = False) -> Choice:
@@ -273,7 +274,11 @@ def choice_from_result(r: dict, source: str, device: str | None = None, untiled_
     waves = r.get("waves", 0.0)
     if not isinstance(waves, (int, float)) or isinstance(waves, bool) or not 0 <= waves < 1e9:
         raise ValueError(f"waves must be a non-negative number, not {waves!r}")
-    return Choice(fields["algo_id"], along_m, along_n, fields["splitk"], str(red), source, float(waves), device)
+    custom = r.get("custom_option", 0)
+    if not isinstance(custom, int) or isinstance(custom, bool) or custom < 0:
+        raise ValueError(f"custom_option must be a non-negative integer, not {custom!r}")
+    return Choice(fields["algo_id"], along_m, along_n, fields["splitk"], str(red), source, float(waves), device,
+                  custom)
 
 
 def load_probe(path) -> dict:

@@ -460,10 +460,60 @@ def lt_resident(m: int, n: int, c) -> bool:
 def _lt_plain_us(q, m: int, n: int, k: int, c) -> float:
     """The kernel of Lt choice ``c`` in this model's configuration time. Where its whole grid is
     resident at once, the SMs share out the CTAs and the launch ends when the busiest SM, holding
-    ceil(CTAs / SMs), is done: whole waves, not the fraction (LT_WHOLE_WAVES)."""
+    ceil(CTAs / SMs), is done: whole waves, not the fraction (LT_WHOLE_WAVES). Its split's reduction:
+    :func:`lt_reduce_us`, or the serial chain of :func:`serial_chain_us` where that is longer."""
     setup = _setup(q, m, n, k, 4, 4, "simt", 1)
+    reduce_us = max(lt_reduce_us(m, n, c.split), serial_chain_us(c))
     return LAUNCH_US["simt"] + _config_us(setup, m, n, k, "simt", c.tile_m, c.tile_n, c.split, ctas=lt_ctas(m, n, c),
-                                          whole_waves=lt_resident(m, n, c), reduce_us=lt_reduce_us(m, n, c.split))
+                                          whole_waves=lt_resident(m, n, c), reduce_us=reduce_us)
+
+
+# The sm80 xmma kernels (Lt algo 55) with custom option 1 reduce their split of K inside the launch,
+# one partial after another: traced on the H200 (2026-12-02, session 6 call 1, kernels-s6c1.json), fp32
+# 16x80xK ran Lt's 32x32 tile split 176 ways (grid 1x3x176) in 25.9-26.0 us and 16x96x512 and 16x144xK
+# its 32x128 tile split 264 ways in 49.6-52.0 us, for every K of 256-1024: the time is the split's, not
+# K's (R's 16x80x768 ran 28.5 us in its evaluation, where the reduction charged at most 8.7). Per partial
+# a fixed step and a share per element of the tile, the two read off the two tiles (fit_serial_chain:
+# the chain's time over the kernel factor, less the launch and the K loop, per partial: 0.197-0.199 us
+# for the 32x32 tile, 0.231-0.241 for the 32x128). Custom option
+# 0 reduces in a second launch (56 of 59 traced, splits 3-66: the second launch 2.7-17.5 us) and 2
+# (23 traced, splits 2-33, all of more than 128 rows) showed no chain beyond the model's reduction.
+SERIAL_ALGO, SERIAL_CUSTOM_OPTION = 55, 1
+SERIAL_STEP_US, SERIAL_US_PER_ELEMENT = 0.185, 1.29e-5  # fit_serial_chain(kernels-s6c1.json, ...)
+SERIAL_MIN_SPLIT = 64  # the fit's shapes: splits where the chain is most of the time
+
+
+def serial_chain_us(c, step_us: float = None, us_per_element: float = None) -> float:
+    """The serial reduction of Lt choice ``c``'s split inside its kernel (0 for any other kernel): the split
+    times (SERIAL_STEP_US + the tile's elements x SERIAL_US_PER_ELEMENT)."""
+    if c.algo_id != SERIAL_ALGO or getattr(c, "custom_option", 0) != SERIAL_CUSTOM_OPTION or c.split <= 1:
+        return 0.0
+    step = SERIAL_STEP_US if step_us is None else step_us
+    per = SERIAL_US_PER_ELEMENT if us_per_element is None else us_per_element
+    return c.split * (step + per * c.tile_m * c.tile_n)
+
+
+def fit_serial_chain(kernels: dict, choices: dict, q) -> tuple:
+    """(SERIAL_STEP_US, SERIAL_US_PER_ELEMENT): the least-squares line of each traced shape's chain per
+    partial on its tile's elements, over the shapes (``kernels``: "MxNxK" -> launches, as kernels.json)
+    whose Lt choice (``choices``: cublaslt.load_probe) is a serial kernel split at least SERIAL_MIN_SPLIT
+    ways. A shape's chain: its traced time plus LAUNCH_GAP_US over the choice's kernel factor, less the
+    launch and the configuration's time without a reduction."""
+    pts = []
+    for key, launches in sorted(kernels.items()):
+        m, n, k = (int(v) for v in key.split("x"))
+        c = choices.get((m, n, k, "float32"))
+        if c is None or serial_chain_us(c) == 0.0 or c.split < SERIAL_MIN_SPLIT:
+            continue
+        t = statistics.fmean(float(x["dur_us"]) for x in launches) + LAUNCH_GAP_US
+        f = LT_KERNEL_FACTOR.get(_factor_key(c), LT_KERNEL_FACTOR[str(c.algo_id)])
+        setup = _setup(q, m, n, k, 4, 4, "simt", 1)
+        rest = LAUNCH_US["simt"] + _config_us(setup, m, n, k, "simt", c.tile_m, c.tile_n, c.split,
+                                              ctas=lt_ctas(m, n, c), whole_waves=lt_resident(m, n, c), reduce_us=0.0)
+        pts.append((c.tile_m * c.tile_n, (t / f - rest) / c.split))
+    mx, my = statistics.fmean(x for x, _ in pts), statistics.fmean(y for _, y in pts)
+    per = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    return my - per * mx, per
 
 
 # cuBLASLt's splitKreduce_kernel<32, 16, ...> (a 32x16-thread CTA per 512 elements of C) adds the split's
@@ -569,11 +619,10 @@ def fp32_ridge_flops_per_byte(q) -> float:
 CHOICE_BELOW_RIDGE_ROWS_UP_TO = 16
 # What the raise could not catch, live on seed 14 (recording R, H200, 2026-12-02, session 5 call 4):
 # fp32 16x80x768 split 1 ran 28.5 us, predicted 9.68 (the plain model: Lt's live first result there
-# timed at most that, a split of K or an algo without factors; any unsplit tile would have raised it
-# to 13-35 us and taken split 4, which ran 12.5). The other 32 recorded fp32 outputs of at most
-# 64x256 with K <= 2560 (A-R) ran 7.5-13.1 us, so no shape rule names it; an unsplit CUTLASS 64x64
-# kernel is 25.5 us in this model. tests/test_heuristics_splitk_seed14.py pins the data; which kernel
-# ran needs the GPU (bench/probes.py cublaslt-heuristics and splitk-kernels for that shape).
+# timed at most that; split 4 ran 12.5). Traced since (session 6 call 1), Lt's choice is the xmma 32x32
+# tile split 176 ways, which reduces its partials one after another inside the launch: the chain of
+# serial_chain_us, without which no shape rule names it (the other 32 recorded fp32 outputs of at most
+# 64x256 with K <= 2560, A-R, ran 7.5-13.1 us). tests/test_heuristics_splitk_seed14.py pins the data.
 
 
 def raised_by_choice(q, m: int, n: int, k: int) -> bool:
