@@ -41,6 +41,11 @@ FOLDERS = {
     "R": ("2026-12-02-h200-heuristics-s5c4/seed14", 14, S5C2),
     # seed 15, unseen when it ran (normalization's stagger term, split-K's per-partial reduction), a 16th host
     "S": ("2026-12-02-h200-heuristics-s5c5/seed15", 15, S5C2),
+    # seeds 16-18, unseen when they ran (session 6's split-K: the batched choice for 16-row outputs, its
+    # margin, the serial chain; the learned model on the hardware L2's scale), the shipped profile
+    "T": ("2026-12-02-h200-heuristics-s6c2/seed16", 16, S5C2),
+    "U": ("2026-12-02-h200-heuristics-s6c2/seed17", 17, S5C2),
+    "V": ("2026-12-02-h200-heuristics-s6c2/seed18", 18, S5C2),
 }
 FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}

@@ -30,7 +30,13 @@ Recording S (seed 15, session 5's final models, a 16th host): pointwise and norm
 bar live; split-K its geomean and overall error, not its worst case (0.788: fp32 64 x 3360 x 32512,
 split 8 against 32) or its memory-bound median (5.1%). Its split-K is not replayed here: without
 cuBLASLt's answers (no probe of its shapes) the replay's geomean is 0.956, another model than the one
-that ran live (0.995)."""
+that ran live (0.995).
+Recordings T, U and V (seeds 16-18, session 6 call 2's models: split-K's batched choice for 16-row
+outputs and its margin, the serial chain; the shipped profile, a 17th host): pointwise met every bar
+live on all three, normalization on U and V (T's worst 0.716: fp32 softmax 3976 x 14405, multi-pass at
+512 threads against persistent at 1024), split-K its geomean everywhere and its worst case on T and U
+(0.858, 0.851; V 0.671: fp32 80 x 544 x 4096, split 32 against 16), its memory-bound median on T and U
+(3.7, 4.9%; V 5.3%). Their split-K replays with every probe in tests/test_heuristics_splitk_serial.py."""
 
 from __future__ import annotations
 
@@ -53,8 +59,9 @@ def _replay(kind, name="M"):
 
 @pytest.mark.parametrize("kind, name", [("pointwise", "M"), ("pointwise", "O"), ("pointwise", "P"),
                                         ("pointwise", "Q"), ("pointwise", "R"), ("pointwise", "S"),
+                                        ("pointwise", "T"), ("pointwise", "U"), ("pointwise", "V"),
                                         ("normalization", "M"), ("normalization", "O"), ("normalization", "Q"),
-                                        ("normalization", "S")])
+                                        ("normalization", "S"), ("normalization", "U"), ("normalization", "V")])
 def test_the_live_check_met_every_bar(kind, name):
     res = _replay(kind, name)
     h, b = res["summary"]["heuristic"], res["summary"]["baseline"]

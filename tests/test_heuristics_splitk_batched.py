@@ -6,9 +6,10 @@ of their best traced (290 in s5c1, 281 in s5c2).
 Kernel times (traced + splitk.BATCHED_GAP_US against the prediction), median |log error| over the 571:
 the fastest SIMT configuration 0.089 (p10-p90 0.90-1.27x), the named kernel 0.043 (0.93-1.12x); left
 out one seed at a time (every constant refitted without the seed's shapes) 0.089 -> 0.044, lower on
-every seed. It is used for outputs of at most 16 rows (splitk.BATCHED_FROM_CHOICE_ROWS_UP_TO), with a split
-margin of its own (splitk.SPLIT_MARGIN_FROM_CHOICE): for every output, with every split probed, it raises
-or keeps every recording's worst case but I's (0.754 -> 0.511), and no margin keeps both C and I
+every seed. It is used except for tiled grids resident with at most one CTA per SM
+(splitk.choice_times_batched), with a split margin of its own for 16-row outputs
+(splitk.SPLIT_MARGIN_FROM_CHOICE): used for every grid, with every split probed, it raises or keeps
+every recording's worst case but I's (0.754 -> 0.511), and no margin keeps both C and I
 (test_with_every_split_probed_no_margin_keeps_both_c_and_i).
 """
 
@@ -144,11 +145,17 @@ def test_a_16_row_fp32_output_takes_the_choice_and_others_the_fastest_configurat
         fp16 = SK.model_us(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q)
         assert SK.margin(d, {"split": 8}, q) == SK.SPLIT_MARGIN_FROM_CHOICE
         assert SK.margin(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q) == SK.SPLIT_MARGIN
-        tall = SK.SplitKDescriptor(48, 1072, 26624, "float32")  # C's: its choice is probed, but 48 rows
-        assert CL.batched_choice(48, 1072, 832, 32, "float32", q.device_name) is not None
-        assert SK.batched_gemm_us(q, 48, 1072, 832, 32) == SK.gemm_us(q, 48, 1072, 832, 4, 4, "simt", batch=32)
-        assert SK.margin(tall, {"split": 32}, q) == SK.SPLIT_MARGIN
-        monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE_ROWS_UP_TO", 0)
+        tall = SK.SplitKDescriptor(48, 1072, 26624, "float32")  # C's: timed from its choice, 48 rows
+        c = CL.batched_choice(48, 1072, 832, 32, "float32", q.device_name)
+        assert SK.batched_gemm_us(q, 48, 1072, 832, 32) == SK.batched_choice_us(q, 48, 1072, 832, 32, c)
+        assert SK.margin(tall, {"split": 32}, q) == SK.SPLIT_MARGIN  # the 16-row margin only
+        # I's 48x496x22016 split 16: 55's 64x64 tile, 128 CTAs resident on 132 SMs: the fastest configuration
+        lone = CL.batched_choice(48, 496, 22016 // 16, 16, "float32", q.device_name)
+        assert (lone.algo_id, lone.tile_m, lone.tile_n) == (55, 64, 64)
+        assert SK.lt_batched_ctas(48, 496, 16, lone) == (128, True)
+        assert not SK.choice_times_batched(q, 48, 496, 16, lone)
+        assert SK.batched_gemm_us(q, 48, 496, 1376, 16) == SK.gemm_us(q, 48, 496, 1376, 4, 4, "simt", batch=16)
+        monkeypatch.setattr(SK, "choice_times_batched", lambda *a: False)
         off = SK.model_us(d, {"split": 8}, q)
         assert SK.margin(d, {"split": 8}, q) == SK.SPLIT_MARGIN
     assert fp16 == SK.model_us(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q)  # fp32 only
@@ -171,13 +178,16 @@ def _row(name, m, n, k):
     return row, q_of(load_profile(prof, device=None, software=None))
 
 
-def test_with_every_split_probed_no_margin_keeps_both_c_and_i(batched, monkeypatch):
-    """Why the choice times 16-row outputs only, with every recorded split probed (--all, 2416 pairs): C's
+def test_with_split_1_not_lowered_no_margin_keeps_both_c_and_i(batched, monkeypatch):
+    """Why session 5 kept the batched choice off, with every recorded split probed (--all, 2416 pairs): C's
     48x1072x26624 needs its split 32 (predicted 0.830x split 1, ran 134 us where split 1 ran 176), I's
     48x496x22016 must keep split 1 (its split 16 predicted 0.823x split 1, ran 83.3 us where split 1
     ran 42.5: a resident 64x64 grid of one CTA per SM, untraced, whose step factor the non-resident
-    grids set). Any SPLIT_MARGIN that takes C's split takes I's too."""
-    monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE_ROWS_UP_TO", 64)
+    grids set). Any SPLIT_MARGIN that takes C's split takes I's too, with split 1 at the plain model's
+    61.5 us; lowered to the choice's 40.4 (splitk.LOWERED_ROWS_ABOVE), I's split 16 is predicted 1.25x
+    split 1 and any margin keeps it."""
+    monkeypatch.setattr(SK, "choice_times_batched", lambda *a: True)
+    monkeypatch.setattr(SK, "LOWERED_ROWS_ABOVE", 10**9)
     ratio = {}
     with CL.use_oracle(_oracle(batched)):
         for name, (m, n, k), s in (("C", (48, 1072, 26624), 32), ("I", (48, 496, 22016), 16)):
@@ -190,20 +200,27 @@ def test_with_every_split_probed_no_margin_keeps_both_c_and_i(batched, monkeypat
     assert 0.82 < ratio["I"] and ratio["C"] < 0.84
 
 
-def test_for_outputs_of_48_rows_i_falls(batched, monkeypatch):
-    """The replay of I with both probes as oracle: its worst 0.754 with the choice for 16-row outputs
-    (or 32), 0.511 with it up to 48 rows (the problem above)."""
+def test_i_rises_with_split_1_lowered_and_falls_with_the_lone_cta_grid_timed_from_the_choice_alone(batched,
+                                                                                                      monkeypatch):
+    """The replay of I with both probes as oracle: its worst 0.958 as shipped (split 1 of its 48x496x22016
+    lowered to the choice's 40.4 us, ran 42.5) and with every grid timed from the choice; 0.511 with every
+    grid from the choice but split 1 not lowered (the problem above); 0.754 with neither (session 5's
+    model)."""
     rec, prof = (R / p for p in recordings("matmul_splitk")["I"])
     profile = load_profile(prof, device=None, software=None)
     worst = {}
-    for rows in (16, 32, 48):
-        monkeypatch.setattr(SK, "BATCHED_FROM_CHOICE_ROWS_UP_TO", rows)
+    shipped = SK.choice_times_batched
+    for variant in ("shipped", "every grid", "not lowered", "session 5"):
+        monkeypatch.setattr(SK, "choice_times_batched", {"shipped": shipped, "every grid": lambda *a: True,
+                                                          "not lowered": lambda *a: True,
+                                                          "session 5": lambda *a: False}[variant])
+        monkeypatch.setattr(SK, "LOWERED_ROWS_ABOVE", 10**9 if variant in ("not lowered", "session 5") else 32)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             with CL.use_oracle(_oracle(batched)):
                 res = E.evaluate("matmul_splitk", backend=f"replay:{rec}", profile=profile)
-        worst[rows] = round(res["summary"]["heuristic"]["worst_efficiency"], 3)
-    assert worst == {16: 0.754, 32: 0.754, 48: 0.511}
+        worst[variant] = round(res["summary"]["heuristic"]["worst_efficiency"], 3)
+    assert worst == {"shipped": 0.958, "every grid": 0.958, "not lowered": 0.511, "session 5": 0.754}
 
 
 def test_the_batched_probe_file_loads_with_untiled_gemmsn_choices(batched):

@@ -625,6 +625,16 @@ CHOICE_BELOW_RIDGE_ROWS_UP_TO = 16
 # 64x256 with K <= 2560, A-R, ran 7.5-13.1 us). tests/test_heuristics_splitk_seed14.py pins the data.
 
 
+# Outputs of more than 32 rows but at most SIMT_32_ROWS_UP_TO, above the ridge, take the choice's time
+# where it is below the plain one: the plain model gives them two 32-row tiles, while Lt names its 64-row
+# tiles for them (64x128 or 64x64 for all 12 such problems of A-V). There the choice was the closer of
+# the two for 12 of 12 (I's 48x496x22016 ran 42.5 us, plain 61.5, the choice 40.4; K's 48x144x28928 32.5,
+# 41.1 and 29.2; H200, 2026-12-02, every split-1 probe as oracle); for the 15 32-row outputs where the
+# choice is below, both were below the measured time in 11, the choice further, so they keep the plain
+# time. Lowering below the ridge too moved the memory-bound median of D 5.15 -> 6.17% and P 5.25 -> 6.61%.
+LOWERED_ROWS_ABOVE = 32
+
+
 def raised_by_choice(q, m: int, n: int, k: int) -> bool:
     """Whether fp32 split 1 is raised to the choice's time (see CHOICE_BELOW_RIDGE_ROWS_UP_TO)."""
     if m <= CHOICE_BELOW_RIDGE_ROWS_UP_TO:
@@ -669,13 +679,19 @@ def split1_fp32_us(q, m: int, n: int, k: int) -> float:
     and split 16, predicted 120, ran 175.
 
     Which problems are raised is :func:`raised_by_choice`: the ridge, except that 16-row outputs
-    are raised below it too and 32- and 48-row outputs not above it."""
+    are raised below it too and 32- and 48-row outputs not above it. Outputs of 33-48 rows above the
+    ridge take the choice's time where it is lower (LOWERED_ROWS_ABOVE)."""
     t = gemm_us(q, m, n, k, 4, 4, "simt") * math.exp(split1_log_factor(q, m, n, k))
-    if not raised_by_choice(q, m, n, k):
+    raised = raised_by_choice(q, m, n, k)
+    lowered = (LOWERED_ROWS_ABOVE < m <= SIMT_32_ROWS_UP_TO
+               and flops_per_byte(m, n, k, 4) >= fp32_ridge_flops_per_byte(q))
+    if not (raised or lowered):
         return t
     c = lt_choice(q, m, n, k, "float32")
     t_choice = None if c is None else choice_us(q, m, n, k, c)
-    return t if t_choice is None else max(t, t_choice)
+    if t_choice is None:
+        return t
+    return max(t, t_choice) if raised else min(t, t_choice)
 
 
 # Split s > 1's strided-batched FP32 GEMM from the kernel cuBLAS runs for it (H200, 2026-12-02,
@@ -711,22 +727,24 @@ def split1_fp32_us(q, m: int, n: int, k: int) -> float:
 BATCHED_PROBE_FILE = "bench/results/2026-12-02-h200-splitk-batched/cublaslt-batched-all.json"
 BATCHED_KERNELS_FILES = ("bench/results/2026-12-02-h200-splitk-batched/splitk-batched-kernels-0.json",
                          "bench/results/2026-12-02-h200-splitk-batched/splitk-batched-kernels-1.json")
-# Used for outputs of at most BATCHED_FROM_CHOICE_ROWS_UP_TO rows only. With every recorded split probed,
-# the replay (both Lt probes as oracle, margin 0.84) with the choice for every output raises or keeps every
-# recording's worst case but I's, which falls 0.754 -> 0.511 (A 0.828 -> 0.907, B 0.840 -> 0.931, C 0.878 ->
-# 0.905, D 0.887 -> 0.908, F 0.858 -> 0.925, J 0.711 -> 1.000, O 0.872 -> 0.914; the same held out, each
-# seed's constants fitted without its shapes). I's 48x496x22016 split 16 (a resident 64x64 grid, one CTA
-# per SM, untraced) is predicted 0.823x split 1 and ran 1.96x it; C's 48x1072x26624 split 32 is predicted
-# 0.830x and ran 0.76x, so no SPLIT_MARGIN keeps both (0.82: C 0.762, D 0.756, J 0.711; 0.86-0.88: I
-# 0.511, E/G 0.850/0.845 at 0.88). The three traced one-CTA-per-SM 64x64 pairs ran 1.36-1.7x the model
-# too: its step factor (0.5, the grid's edge) is set by the non-resident grids, where a wave's CTAs
-# overlap their latency. For 16-row outputs, where the fastest configuration is furthest off (median
-# |log error| 0.148 against the choice's 0.071: it pads 16 rows into a 32-row tile, and 78 of their 121
-# traced pairs ran gemmSN), the choice changes one worst case on A-P: J 0.711 -> 1.000 (its 16x1264x9216
-# split 32), every other geomean, worst case and memory-bound median as before; up to 32 rows the
-# same, up to 64 I's 0.511 again (H200, 2026-12-02, replayed with the three split-1 probes and
-# cublaslt-batched-all.json as oracle). Q-S replay without it (no batched probe of their shapes).
-BATCHED_FROM_CHOICE_ROWS_UP_TO = 16
+# Used everywhere but for tiled grids that are resident at once with at most one CTA per SM, which fall
+# back to the fastest configuration. With every recorded split probed, the replay (both Lt probes as
+# oracle, margin 0.84) with the choice everywhere raises or keeps every recording's worst case but I's,
+# which falls 0.754 -> 0.511 (A 0.828 -> 0.907, B 0.840 -> 0.931, C 0.878 -> 0.905, D 0.887 -> 0.908,
+# F 0.858 -> 0.925, J 0.711 -> 1.000, O 0.872 -> 0.914). I's 48x496x22016 split 16 is such a grid (55's
+# 64x64 tile, 128 CTAs on 132 SMs, untraced), predicted 0.823x split 1 where it ran 1.96x it; the three
+# traced one-CTA-per-SM 64x64 pairs ran 1.36-1.7x the model too: its step factor (0.5, the grid's edge)
+# is set by the grids that are not resident, where a wave's CTAs overlap their latency, and nothing was
+# fitted on a lone CTA per SM. Without those grids (and with split 1 of 33-48-row outputs lowered to
+# the choice, LOWERED_ROWS_ABOVE), replayed with every probe on A-V (H200, 2026-12-02), every worst case
+# rises or stays; see tests/test_heuristics_splitk_serial.py for the table.
+def choice_times_batched(q, m: int, n: int, batch: int, c) -> bool:
+    """Whether Lt choice ``c``'s kernel times the batched GEMM (see above): gemmSN always, a tiled
+    kernel unless its grid is resident at once with at most one CTA per SM."""
+    if c.algo_id == SN_ALGO:
+        return True
+    ctas, resident = lt_batched_ctas(m, n, batch, c)
+    return not (resident and ctas <= P.sm_count(q))
 SN_ALGO = 11
 SN_COLUMNS, SN_ROW_PARTS = 64, 4  # gemmSN's grid: ceil(N / 64) x 4 x batch (78 of 78 traced)
 # fit_batched(...) on the traced kernels above (see test_heuristics_splitk_batched.py)
@@ -913,12 +931,13 @@ def fit_batched(kernels: dict, choices: dict, recorded: dict, q, exclude=()) -> 
 
 def batched_from_choice_us(q, m: int, n: int, k_slice: int, batch: int, dtype: str = "float32") -> float | None:
     """Split s > 1's strided-batched GEMM from the kernel cuBLAS runs for it, where that is used (fp32, what
-    was traced; outputs of at most BATCHED_FROM_CHOICE_ROWS_UP_TO rows) and the choice is known and timed;
-    else None."""
-    if dtype != "float32" or m > BATCHED_FROM_CHOICE_ROWS_UP_TO:
+    was traced; :func:`choice_times_batched`) and the choice is known and timed; else None."""
+    if dtype != "float32":
         return None
     c = batched_choice(q, m, n, k_slice, batch)
-    return None if c is None else batched_choice_us(q, m, n, k_slice, batch, c)
+    if c is None or not choice_times_batched(q, m, n, batch, c):
+        return None
+    return batched_choice_us(q, m, n, k_slice, batch, c)
 
 
 def batched_gemm_us(q, m: int, n: int, k_slice: int, batch: int, dtype: str = "float32") -> float:
@@ -979,8 +998,8 @@ def model_us(d: SplitKDescriptor, k, q, hidden: bool = False) -> float:
 # not a remedy for the worst case: the problems below 0.85 are splits the model predicts 1.01-1.49x
 # slower than split 1 that ran faster (see :func:`heuristic`), which no margin of this kind reaches.
 SPLIT_MARGIN = 0.84
-# Where the best split's batched GEMM is timed from the kernel cuBLAS runs (batched_from_choice_us: fp32
-# outputs of at most 16 rows), a split needs only to be predicted 1/0.88 (1.14x) faster. Those misses were
+# Where the output has at most 16 rows and the best split's batched GEMM is timed from the kernel cuBLAS
+# runs (batched_from_choice_us), a split needs only to be predicted 1/0.88 (1.14x) faster. Those misses were
 # splits predicted 0.86-0.89x split 1 that ran 0.83-0.85x it (A and B's 16x720x3584 split 16, predicted
 # 15.6 us against split 1's 18.5, ran 17.1 against 18.8; H's 16x5216x5632 split 8, 69.1 against 80.1, ran
 # 71.5 against 84.6). Replayed on A-R (the three split-1 probes and cublaslt-batched-all.json as oracle;
@@ -993,6 +1012,9 @@ SPLIT_MARGIN = 0.84
 # (no choice known) the margin stays SPLIT_MARGIN: a margin for 16-row outputs over that model cut A/B to
 # 0.58 and M to 0.49 (see :func:`heuristic`).
 SPLIT_MARGIN_FROM_CHOICE = 0.88
+# Taller outputs keep SPLIT_MARGIN with the choice too: at 0.88 for every output timed from the choice,
+# I's 48x496x22016 took split 32 (predicted 51.5 us against split 1's 61.5; ran 58.6 against 42.5).
+MARGIN_FROM_CHOICE_ROWS_UP_TO = 16
 
 
 def heuristic(d, profile) -> Knobs:
@@ -1036,8 +1058,11 @@ def heuristic(d, profile) -> Knobs:
 
 def margin(d: SplitKDescriptor, k, q) -> float:
     """The share of split 1's predicted time that split ``k`` must be predicted under to be taken:
-    SPLIT_MARGIN_FROM_CHOICE where its batched GEMM is timed from cuBLAS's kernel, else SPLIT_MARGIN."""
+    SPLIT_MARGIN_FROM_CHOICE where the output has at most MARGIN_FROM_CHOICE_ROWS_UP_TO rows and its batched
+    GEMM is timed from cuBLAS's kernel, else SPLIT_MARGIN."""
     s = int(k["split"])
+    if d.m > MARGIN_FROM_CHOICE_ROWS_UP_TO:
+        return SPLIT_MARGIN
     known = batched_from_choice_us(q, d.m, d.n, d.k // s, s, d.dtype) is not None
     return SPLIT_MARGIN_FROM_CHOICE if known else SPLIT_MARGIN
 
