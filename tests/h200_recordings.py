@@ -46,6 +46,12 @@ FOLDERS = {
     "T": ("2026-12-02-h200-heuristics-s6c2/seed16", 16, S5C2),
     "U": ("2026-12-02-h200-heuristics-s6c2/seed17", 17, S5C2),
     "V": ("2026-12-02-h200-heuristics-s6c2/seed18", 18, S5C2),
+    # seeds 19-22, unseen when they ran (session 6's final models: split-K's batched choice for every
+    # output but lone-CTA resident grids, the lowered split 1 of 33-48-row outputs), a 18th host
+    "W": ("2026-12-02-h200-heuristics-s7c1/seed19", 19, S5C2),
+    "X": ("2026-12-02-h200-heuristics-s7c1/seed20", 20, S5C2),
+    "Y": ("2026-12-02-h200-heuristics-s7c1/seed21", 21, S5C2),
+    "Z": ("2026-12-02-h200-heuristics-s7c1/seed22", 22, S5C2),
 }
 FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
