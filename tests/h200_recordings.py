@@ -61,3 +61,13 @@ def recordings(kind: str, names=None) -> dict:
     """name -> (recording, profile), relative to ``R``, for ``kind``'s evaluations."""
     return {n: (f"{folder}/heuristics-{kind}.json", prof) for n, (folder, _, prof) in FOLDERS.items()
             if names is None or n in names}
+
+
+def assert_meets_every_bar(res: dict) -> None:
+    """Issue 14's bars on an evaluation's result: all 100 problems, no failed choice, geomean >= 0.97 and
+    worst >= 0.85 of the exhaustive best, ahead of the static baseline, memory-bound predictor median <= 5%."""
+    h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
+    assert res["evaluated"] == 100 and h["choice_failed"] == 0
+    assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85, h
+    assert h["geomean_efficiency"] > b["geomean_efficiency"]
+    assert res["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
