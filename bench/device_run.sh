@@ -2,6 +2,8 @@
 # One call on the lent GPU machine: install the carried wheels, run the GPU tests, then the
 # benchmarks asked for, each bounded by its own timeout so that one hang costs only its share.
 #   device tool: carry [".whl"], command: bash bench/device_run.sh [STEP ...]
+# .whl: bash ../shared/device/wheels.sh sqlalchemy alembic filelock platformdirs nvidia-ml-py pytest-timeout;
+# the tree and the wheels travel within 64 MiB: jedi, parso and debugpy (optional to IPython/ipykernel) can go.
 # Steps, in the order given (default: quick):
 #   quick | full   bench/ceilings.py for that suite (it runs `calib run` itself); the run folder
 #                  (executed notebooks, report, profile) is kept as run-<suite>.tgz
