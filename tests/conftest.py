@@ -3,6 +3,9 @@ from pathlib import Path
 
 import pytest
 
+# the shared bar check lives in a helper module: rewrite its asserts so that a failure shows the values
+pytest.register_assert_rewrite("h200_recordings")
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

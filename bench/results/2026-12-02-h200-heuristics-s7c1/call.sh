@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # session 7 call 1: Lt probes for seeds 19-25, then evaluations of seeds 19-22 and the GPU tests
+# (as run: .snap/split1.json and .snap/batched.json are this folder's shapes-split1.json and shapes-batched.json)
 export PYTHONPATH=$PWD
 timeout 30 python3 bench/probes.py cublaslt-heuristics .snap/split1.json $OUT/cublaslt-s7c1.json > $OUT/cublaslt-s7c1.txt 2>&1
 timeout 40 python3 bench/probes.py cublaslt-batched $OUT/cublaslt-batched-s7c1.json .snap/batched.json > $OUT/cublaslt-batched-s7c1.txt 2>&1
