@@ -52,13 +52,21 @@ FOLDERS = {
     "X": ("2026-12-02-h200-heuristics-s7c1/seed20", 20, S5C2),
     "Y": ("2026-12-02-h200-heuristics-s7c1/seed21", 21, S5C2),
     "Z": ("2026-12-02-h200-heuristics-s7c1/seed22", 22, S5C2),
+    # seeds 23-25, unseen when they ran (session 6's final models again, a 19th host); past Z the
+    # recordings are named by their seed
+    "23": ("2026-12-02-h200-heuristics-s7c2/seed23", 23, S5C2),
+    "24": ("2026-12-02-h200-heuristics-s7c2/seed24", 24, S5C2),
+    "25": ("2026-12-02-h200-heuristics-s7c2/seed25", 25, S5C2),
 }
 FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
 
 
 def recordings(kind: str, names=None) -> dict:
-    """name -> (recording, profile), relative to ``R``, for ``kind``'s evaluations."""
+    """name -> (recording, profile), relative to ``R``, for ``kind``'s evaluations. ``names``: None
+    (all), one name, a string of one-letter names ("ABCM") or a list of names."""
+    if isinstance(names, str):
+        names = [names] if names in FOLDERS else list(names)
     return {n: (f"{folder}/heuristics-{kind}.json", prof) for n, (folder, _, prof) in FOLDERS.items()
             if names is None or n in names}
 

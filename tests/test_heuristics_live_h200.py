@@ -102,15 +102,16 @@ def test_the_live_check_of_seed_12_meets_what_it_met():
     """P: normalization's geomean and predictor held live, its worst case not (0.801: fp16 layer norm
     23143 x 377 persistent at 128 threads a row, 24.6 us, where 32 ran 19.7); replayed with the block
     pace of 23a05dc (a p-norm of the dispatch floor and the per-thread cost, p chosen over A-M; P held
-    out gives the same) that problem takes 32 threads and the worst case is 0.857. Split-K's geomean,
-    worst case and overall error held."""
+    out gives the same) that problem took 32 threads and the worst case was 0.857; with the multi-pass
+    loop bands of the corrections (version 3, fitted on every recording) it takes 64 threads (20.6 us,
+    0.956) and the worst case is 0.935. Split-K's geomean, worst case and overall error held."""
     norm = _replay("normalization", "P")
     h = norm["summary"]["heuristic"]
     assert h["geomean_efficiency"] >= 0.97 and norm["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
     assert h["worst_efficiency"] >= 0.85, h
     (row,) = [r for r in norm["rows"] if r["descriptor"] == {"op": "layernorm", "rows": 23143, "cols": 377,
                                                               "dtype": "float16"}]
-    assert row["heuristic"] == row["best"] and row["heuristic"]["threads"] == 32, row
+    assert row["best_us"] / row["heuristic_us"] > 0.95 and row["heuristic"]["threads"] <= 64, row
     sk = _replay("matmul_splitk", "P")
     h = sk["summary"]["heuristic"]
     assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85, h
@@ -126,7 +127,10 @@ def test_the_live_check_of_seed_14_normalization_missed_on_a_multipass_thread_co
     960 x 28805 multi-pass at 256 threads, 146.9 us, where 1024 ran 117.5). Since the multi-pass
     stagger (normalization.STAGGER_WAVES, chosen with R seen: A-M alone barely tell 1 from 2) the
     replay meets every bar (worst 0.914) and that problem takes 1024 threads; without the stagger it
-    takes 256 again. Fitted with R seen, so this is not a held-out result."""
+    takes 256 again, with the corrections' classes as they were then (one per compiled kernel); with
+    the loop bands of version 3 (the long multi-pass loops' own factors: 28805 / 4 / 256 = 29 vectors a
+    thread and pass against 8 at 1024) it takes 1024 with or without the stagger. Fitted with R seen,
+    so this is not a held-out result."""
     from calib.heuristics import normalization as N
 
     res = _replay("normalization", "R")
@@ -138,5 +142,9 @@ def test_the_live_check_of_seed_14_normalization_missed_on_a_multipass_thread_co
     assert row["heuristic"]["strategy"] == "multipass" and row["heuristic"]["threads"] == 1024, row["heuristic"]
     prof = load_profile(R / recordings("normalization", names="R")["R"][1], device=None, software=None)
     monkeypatch.setattr(N, "STAGGER_WAVES", 0.0)
-    old = N.heuristic(R_LONG_SOFTMAX, prof)
+    assert N.heuristic(R_LONG_SOFTMAX, prof)["threads"] == 1024
+    monkeypatch.setattr(N, "loop_log2", lambda d, k: None)
+    pairs = [(R / r, R / p) for _, (r, p) in sorted(recordings("normalization", names="ABCDEFGHIJKLMQR").items())]
+    with N.use_corrections(N.fit_all(N.recorded_samples(pairs))):
+        old = N.heuristic(R_LONG_SOFTMAX, prof)
     assert old["strategy"] == "multipass" and old["threads"] == 256, dict(old)

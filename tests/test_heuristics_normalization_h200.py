@@ -1,28 +1,24 @@
 """The normalization heuristic against the committed H200 recordings (every candidate's device time,
 replayed with the recording host's own profile), and the corrections it learned from them.
 
-The recordings: A-E (hosts 1-3, seeds 0-2), which the physical model's constants were fitted on; F and G
-(host 4, seeds 3 and 2), H (host 5, seed 4), I and J (host 6, seeds 6 and 7, 2026-12-02, run with host
-4's shipped profile), K and L (host 7, seeds 5 and 8, 2026-12-02, run live on unseen seeds with the then
-shipped 2026-12-02-h200-suites-session3/profile-full.json), M (host 9, seed 9, the live check of session
-3 with that profile: 0.991 / 0.852 unseen). The model's per-kernel corrections, the few-rows persistent
-bias and the pair bias (normalization_corrections.json) are fitted on all thirteen; left out one seed at
-a time (all three from the other nine seeds) every held-out recording keeps geomean 0.986-0.992 and
-memory-bound predictor median 2.0-4.0% (with the block pace's p-norm BLOCK_PACE_NORM, the re-read's L2
-scale reread_scale_bytes and the next block's overlap DRAIN_BLOCKS; 0.984-0.992 and 2.5-4.3% before
-them). Issue 14's bars: geomean >= 0.97, worst >= 0.85, memory-bound median |error| <= 5%. All thirteen
-meet the geomean and median bars. The worst bar is NOT met by J (0.804) and L (0.848), the same held out
-and fitted; every problem of theirs below 0.85 is a persistent/multi-pass choice the model got the wrong
-way round by 12-25% (asserted below), not a kernel class the corrections leave off. Nor by I (0.840, held
-out too): 0.825 before the pair bias, 0.918 with it while the once-streamed L2 share keyed on the measured
-capacity (47.1 MB on I's host, 0.825 with every other H200 full run's); on the hardware L2's share
-(normalization.streamed_l2_fraction) it is 0.840 with all five profiles, a multi-pass thread-count
-near-tie (512 threads chosen, 17.1 us; 256 ran 14.4)."""
+The recordings (tests/h200_recordings.py): A-E (hosts 1-3, seeds 0-2), which the physical model's
+constants were fitted on; F-Z and 23-25 (seeds 2-25, 2026-12-01/02, 19 hosts in all), most of them live
+checks on seeds nothing had been fitted on when they ran. The model's per-kernel corrections, the
+few-rows persistent bias and the pair bias (normalization_corrections.json) are fitted on all 29 since
+2026-12-03, when the multi-pass classes were split by loop band (vectors per thread and pass: the
+corrections rise past 32, asserted below). Left out one seed at a time (all three refitted on the other
+seeds) the held-out recordings keep geomean 0.985-0.995 and memory-bound predictor median 2.3-4.3%, and
+miss the worst bar (0.85) on M (0.750), T (0.716) and W (0.801); the loop bands took H, I, J, L, X, Z
+and seed 23 above it (0.727-0.840 before, held out, with the classes of A-M's fit). Fitted, all 29 meet
+the geomean and median bars, and only T and W miss the worst: their problems below 0.85 are, but one,
+won by a persistent 1024-thread block the register rule (normalization.additional_registers plus
+REGS_SPREAD) says cannot launch, so that it is never offered (asserted below)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -35,14 +31,12 @@ from calib.heuristics.predictor import q_of
 from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import FITTED, R, SEEDS, recordings  # noqa: E402
+from h200_recordings import R, SEEDS, recordings  # noqa: E402
 
 ROOT = R.parents[1]
 
-NAMES = FITTED + "M"  # what normalization_corrections.json is fitted on (M: seed 9, host 9)
-RECORDINGS = recordings("normalization", names=NAMES)
-WORST_BAR_MISSED = {"I": 0.84, "J": 0.80, "L": 0.84}  # what they do reach; see the module docstring
-STRATEGY_MISSES = ("J", "L")  # I's miss is a multi-pass thread count (test_the_pair_bias_moves_i_s_...)
+RECORDINGS = recordings("normalization")  # every one: what normalization_corrections.json is fitted on
+WORST_BAR_MISSED = {"T": 0.71, "W": 0.80}  # what they do reach; see the module docstring
 
 RECORDED_FAILURES = {"A": 5}
 
@@ -70,29 +64,37 @@ def test_replayed_h200_recording_meets_the_bars(name):
     assert res["prediction"]["all"]["median_abs_rel_error"] <= 0.10
 
 
-@pytest.mark.parametrize("name", STRATEGY_MISSES)
-def test_where_the_worst_bar_is_missed_it_is_the_strategy(name):
-    """Every problem below 0.85 chose the other strategy than the best, and the model (corrected)
-    had their times the wrong way round: not a kernel class the corrections do not cover."""
+@pytest.mark.parametrize("name", sorted(WORST_BAR_MISSED))
+def test_where_the_worst_bar_is_missed_the_best_is_never_offered_or_the_strategy_is_wrong(name):
+    """Every problem below 0.85 was won by a persistent candidate the register rule predicts cannot
+    launch (T's fp32 softmax 3976 x 14405 and W's fp16 layer norm 7 x 14571 and fp32 softmax 1 x 9249:
+    v1 x 16 at 1024 threads, 62.7 registers by the rule, over 64 with REGS_SPREAD), or chose the other
+    strategy than the best with the corrected model's times the wrong way round (T's fp32 softmax
+    219 x 26328: persistent v4 x 64 at 512 threads against multi-pass at 1024)."""
     q = q_of(_profile(name))
     low = [r for r in _replay(name)["rows"] if r.get("heuristic_us") and r["best_us"] / r["heuristic_us"] < 0.85]
     assert low
+    unoffered = 0
     for r in low:
         d = N.descriptor(r["descriptor"])
         chosen, best = Knobs(r["heuristic"]), Knobs(r["best"])
-        assert chosen["strategy"] != best["strategy"], r["descriptor"]
-        assert N.model_us(d, chosen, q) < N.model_us(d, best, q), r["descriptor"]
-
-
+        if not math.isfinite(N.model_us(d, best, q)):
+            unoffered += 1
+            assert best["strategy"] == "persistent" and best["threads"] == 1024, r["descriptor"]
+            assert N.blocks_per_sm(1024, N.registers(d, best, q)[0] + N.REGS_SPREAD) == 0
+        else:
+            assert chosen["strategy"] != best["strategy"], r["descriptor"]
+            assert N.model_us(d, chosen, q) < N.model_us(d, best, q), r["descriptor"]
+    assert unoffered >= 1
 
 
 def _pairs(names):
     return [(R / RECORDINGS[n][0], R / RECORDINGS[n][1]) for n in sorted(names)]
 
 
-def test_the_shipped_corrections_are_the_fit_of_the_thirteen_recordings():
-    """normalization_corrections.json is what :func:`N.corrections_document` fits on A-M (regenerate
-    it so when a recording is added or the physical model changes)."""
+def test_the_shipped_corrections_are_the_fit_of_every_recording():
+    """normalization_corrections.json is what :func:`N.corrections_document` fits on A-Z and 23-25
+    (regenerate it so when a recording is added or the physical model changes)."""
     doc = N.corrections_document(_pairs(RECORDINGS))
     shipped = json.loads(N.CORRECTIONS_FILE.read_text())
     assert shipped["classes"] == doc["classes"]
@@ -104,17 +106,56 @@ def test_the_shipped_corrections_are_the_fit_of_the_thirteen_recordings():
     assert N.corrections() == c and len(c.log_factors) == len(doc["classes"])
 
 
-def test_the_large_corrections_are_the_scalar_load_kernels():
-    """The systematic error left after the physics is per compiled kernel: every class the
-    recordings correct by more than 0.15 in log is a persistent kernel of one element per load and a
-    buffer of 32 or more, the spill-free ones among them (BUF 32, 64) upwards by more than 0.1; none by
-    more than 0.4 once the spilled bytes are the compiler's (the rule's had v1 x 256 at +1.0 to +1.3).
-    Fitted on A-M the one other class past 0.1 is fp16 v8 x 256 (-0.108; -0.101 on A-L, -0.091 on A-J)."""
+def test_the_large_corrections_are_scalar_load_persistent_kernels_and_long_multipass_loops():
+    """The systematic error left after the physics is per compiled kernel: every class the recordings
+    correct by more than 0.15 in log is a persistent kernel of one element per load and a buffer of 32
+    or more, or a multi-pass kernel of 2-4-byte vectors whose loop runs 33 or more vectors per thread
+    and pass; none by 0.4 or more once the spilled bytes are the compiler's."""
     c = N.corrections()
     big = {k: f for k, f in c.log_factors.items() if abs(f) > 0.15}
-    assert big and all(s == "persistent" and v == 1 and b >= 32 for s, _, v, b in big)
-    assert all(f > 0.1 for (s, _, v, b), f in c.log_factors.items() if s == "persistent" and v == 1 and b in (32, 64))
+    assert big and all((s == "persistent" and v == 1 and b >= 32)
+                       or (s == "multipass" and loop is not None and loop >= 6) for s, _, v, b, loop in big)
+    assert all(f > 0.1 for (s, _, v, b, _), f in c.log_factors.items()
+               if s == "persistent" and v == 1 and b in (32, 64))
     assert max(abs(f) for f in c.log_factors.values()) < 0.4
+
+
+def test_the_multipass_correction_rises_with_the_loop_past_16_vectors_a_thread():
+    """Per multi-pass kernel, the bands of up to 16 vectors per thread and pass are within 0.05 of the
+    model, and from 9-16 on each longer band is corrected more (fp32 v1: +0.01 at 17-32, +0.16, +0.23,
+    +0.37 past 128), which one factor per kernel (the classes before version 3) averaged away. fp16 v8
+    (16-byte vectors), whose loops in the recordings end at 17-32 vectors, stays within 0.025."""
+    c = N.corrections()
+    kernels = {cls[:4] for cls in c.log_factors if cls[0] == "multipass"}
+    assert len(kernels) == 7
+    for kern in kernels:
+        bands = sorted((cls[4], f) for cls, f in c.log_factors.items() if cls[:4] == kern and cls[4] is not None)
+        assert all(abs(f) < 0.05 for loop, f in bands if loop <= 4), (kern, bands)
+        rising = [f for loop, f in bands if loop >= 4]
+        assert rising == sorted(rising) or kern == ("multipass", "float16", 8, 0), (kern, bands)
+        if max(loop for loop, _ in bands) >= 6:  # all but fp16 v8, whose loops stop at 17-32 here
+            assert rising[-1] > 0.09, (kern, bands)
+
+
+def test_a_loop_band_without_its_own_factor_takes_its_kernel_s_and_version_2_files_load(tmp_path):
+    """A multi-pass band the recordings hold too few candidates of falls back to its kernel's factor
+    over every band; a version-2 file (one factor per kernel) migrates forward as exactly that."""
+    d = N.descriptor({"op": "softmax", "rows": 4096, "cols": 65536, "dtype": "float32"})
+    k = Knobs(strategy="multipass", threads=128, vec=1, buffer=0)
+    assert N.loop_log2(d, k) == 8 and N.loop_log2(d, Knobs(strategy="multipass", threads=1024, vec=4, buffer=0)) == 4
+    assert N.loop_log2(d, Knobs(strategy="persistent", threads=1024, vec=4, buffer=16)) is None
+    only_parent = N.Corrections({("multipass", "float32", 1, 0, None): 0.2}, 0.0)
+    assert only_parent.log_factor(d, k) == 0.2
+    assert N.Corrections({("multipass", "float32", 1, 0, 8): 0.3, ("multipass", "float32", 1, 0, None): 0.2},
+                         0.0).log_factor(d, k) == 0.3
+    doc = json.loads(N.CORRECTIONS_FILE.read_text())
+    doc["version"] = 2
+    doc["classes"] = [{key: v for key, v in c.items() if key != "vectors_per_thread_log2"}
+                      for c in doc["classes"] if c["vectors_per_thread_log2"] is None]
+    p = tmp_path / "v2.json"
+    p.write_text(json.dumps(doc))
+    old = N.load_corrections(p)
+    assert old.log_factor(d, k) == N.corrections().log_factors[("multipass", "float32", 1, 0, None)]
 
 
 def test_spilled_bytes_are_the_compiler_s_where_the_budget_says_the_buffer_spills():
@@ -128,15 +169,18 @@ def test_spilled_bytes_are_the_compiler_s_where_the_budget_says_the_buffer_spill
 
 def test_the_correction_moves_i_s_scalar_load_layer_norm():
     """I's fp16 layer norm 10465 x 7513 (odd columns: one element per load): the plain model ranks
-    BUF 64 at 128 threads first (154 us; 321 measured); corrected it is 222 us and the choice is BUF 16
-    at 512 threads (predicted 178, measured 170, the best of the problem)."""
+    BUF 64 at 128 threads first (151 us; 321 measured); corrected it is 204 us and the choice is
+    multi-pass at 256 threads (predicted 177, measured 192; the best, BUF 16 at 512 threads, 181
+    predicted, ran 170: 0.885)."""
     q = q_of(_profile("I"))
     d = N.descriptor({"op": "layernorm", "rows": 10465, "cols": 7513, "dtype": "float16"})
     plain = min(N.space(d), key=lambda k: N.plain_model_us(d, k, q))
     assert (plain["threads"], plain["buffer"]) == (128, 64)
     assert N.model_us(d, plain, q) > 1.3 * N.plain_model_us(d, plain, q)
     k = N.heuristic(d, _profile("I"))
-    assert (k["strategy"], k["threads"], k["buffer"]) == ("persistent", 512, 16)
+    assert (k["strategy"], k["threads"]) == ("multipass", 256)
+    best = Knobs(strategy="persistent", threads=512, vec=1, buffer=16)
+    assert N.model_us(d, best, q) < N.model_us(d, plain, q) / 1.1
 
 
 def test_left_out_seed_6_holds_its_numbers():
@@ -185,6 +229,11 @@ def _bad(tmp_path, edit):
     lambda d: d["classes"][0].update(candidates=2),
     lambda d: d["classes"].append(dict(d["classes"][0])),
     lambda d: d["classes"][0].pop("vec"),
+    lambda d: d["classes"][0].update(vectors_per_thread_log2=9),
+    lambda d: d["classes"][0].update(vectors_per_thread_log2="6"),
+    lambda d: d["classes"][0].update(vectors_per_thread_log2=True),
+    lambda d: d["classes"][-1].update(vectors_per_thread_log2=6),  # a persistent class has no loop band
+    lambda d: d.update(version=4),
     lambda d: d.update(pair_bias=10**400),  # an int no float holds: math.isfinite raised OverflowError
     lambda d: d["classes"][0].update(log_factor=-10**400),
 ])
@@ -208,10 +257,13 @@ def _ratio_errors():
 
 
 def test_the_persistent_bias_is_the_one_sided_group_s_20th_percentile():
-    """fp16 rows >= 4096 at 2-4 rows per SM: every one of the group's 28 problems in A-M has the
-    corrected model too optimistic for persistent (e 0.040..0.268); the bias is the 20th percentile."""
+    """fp16 rows >= 4096 at 2-4 rows per SM: over A-M every one of the group's 28 problems had the
+    corrected model too optimistic for persistent (e 0.040..0.268); over all 29 recordings the group's
+    71 problems are not all one side (e -0.36..+0.30), but four in five are above 0.10. The bias is the
+    20th percentile (left out one seed at a time, without it H's worst case is 0.727, K's 0.809, with
+    it 0.944 and 0.935)."""
     few = _ratio_errors()
-    assert len(few) == 28 and few[0] > 0.035
+    assert len(few) == 71 and few[int(0.2 * len(few))] > 0.1
     assert few[int(0.2 * len(few))] == pytest.approx(N.corrections().persistent_bias, abs=1e-4)
 
 
@@ -263,10 +315,10 @@ def test_the_pair_bias_is_its_one_sided_group_s_20th_percentile():
     """Persistent at two blocks per SM, >= 3 rows per SM, a working set L2 serves some of: the
     corrected model is too optimistic for persistent against multi-pass on every one of the group's
     12 problems in A-M (e +0.063..+0.278; +0.109..+0.316 with the streamed-L2 share on the measured
-    capacity, where I's 964 x 12568 compared with multi-pass at 256 threads, not 512); the bias is the
-    20th percentile."""
+    capacity, where I's 964 x 12568 compared with multi-pass at 256 threads, not 512); over all 29
+    recordings 22 problems, e -0.051..+0.275, one below 0. The bias is the 20th percentile."""
     bias, errs = N.fit_pair_bias(N.recorded_samples(_pairs(RECORDINGS)), N.corrections())
-    assert len(errs) == 12 and errs[0] > 0.05
+    assert len(errs) == 22 and sum(e < 0 for e in errs) == 1
     assert bias == pytest.approx(errs[int(N.BIAS_QUANTILE * len(errs))])
     assert bias == pytest.approx(N.corrections().pair_bias, abs=1e-4)
 

@@ -156,7 +156,7 @@ def test_the_small_grid_reduction_left_out_one_seed_at_a_time(monkeypatch):
     oracle = {}
     for p in PROBES:
         oracle.update(CL.load_probe(p))
-    seeds = {name: seed for name, (_, seed, _) in FOLDERS.items() if name <= "P"}
+    seeds = {name: seed for name, (_, seed, _) in FOLDERS.items() if name in "ABCDEFGHIJKLMNOP"}
     got = {}
     for seed in sorted(set(seeds.values())):
         names = [n for n, s in seeds.items() if s == seed]
