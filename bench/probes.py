@@ -5,6 +5,7 @@
     python3 bench/probes.py splitk-batched-kernels OUT.json [SHAPES.json] [--start I] [--max N]   # split > 1's kernels
     python3 bench/probes.py cublaslt-batched OUT.json [SHAPES.json] [--all]   # what Lt would pick for them
     python3 bench/probes.py shapes SPLIT1.json BATCHED.json [--recordings QRS] [--seeds 16,17] [--tiny]   # their lists
+    python3 bench/probes.py norm-registers OUT.json   # what the normalization kernels compiled to
 
 splitk-kernels: the fp32 GEMMs whose split-1 time the split-K model missed by 9-81% in the recordings
 (and well-predicted controls), ``cupy.matmul(a.T, b)`` as the evaluation calls it, traced with
@@ -42,7 +43,15 @@ problems of the named recordings (``--recordings``, letters of tests/h200_record
 problem sets of ``--seeds`` (the evaluation's own generator, 100 problems each, as bench/heuristics_h200.sh
 draws them; nothing of them is measured or read), plus with ``--tiny`` the small-GEMM grid
 (:data:`TINY_GRID`); BATCHED.json, [m, n, k, split] for every split > 1 of the same recorded and
-generated problems (not the grid)."""
+generated problems (not the grid).
+
+norm-registers: every normalization kernel of the family (calib.heuristics.normalization._names: the
+persistent and multi-pass templates per dtype, op, vector and buffer) compiled as the evaluation compiles
+it (CuPy's NVRTC, the same options), with the driver's register count, local (spill) bytes and the most
+threads a block of it can launch, beside the register rule the model uses (normalization.registers from
+the shipped profile's normalization.additional_registers) and whether that rule, with REGS_SPREAD, lets
+256, 512 and 1024 threads launch. The rule kept out the 1024-thread blocks that won T's and W's misses
+(v1 x 16: 62.7 registers by the rule, so 66.7 with the spread, over 64)."""
 
 from __future__ import annotations
 
@@ -222,6 +231,47 @@ def cublaslt_batched(out_path: str, *args: str) -> None:
     print(f"{len(shapes)} batched GEMMs asked in {time.perf_counter() - t0:.2f} s into {out_path}")
 
 
+def norm_registers(out_path: str) -> None:
+    import re
+
+    import cupy as cp
+
+    from calib.heuristics import normalization as N
+    from calib.heuristics.knobs import Knobs
+    from calib.heuristics.predictor import q_of
+    from calib.profile import load_profile
+
+    q = q_of(load_profile(Path(__file__).resolve().parents[1] / "profiles" / "nvidia-h200.json",
+                          device=None, software=None))
+    rows = []
+    for dtype in N.DTYPES:
+        for name in N._names(dtype):
+            m = re.match(r"(persistent|multipass)_norm<[^,]+,(\d+),?(\d+)?,(\d)>", name)
+            strategy, a, b, op = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
+            buf, vec = (a, int(b)) if strategy == "persistent" else (0, a)
+            k = Knobs(strategy=strategy, threads=1024, vec=vec, buffer=buf)
+            fn = N.kernel(dtype, k, N.OPS[op])
+            regs = cp.cuda.driver.funcGetAttribute(4, fn.ptr)  # CU_FUNC_ATTRIBUTE_NUM_REGS
+            local = cp.cuda.driver.funcGetAttribute(3, fn.ptr)  # ..._LOCAL_SIZE_BYTES
+            max_threads = cp.cuda.driver.funcGetAttribute(0, fn.ptr)  # ..._MAX_THREADS_PER_BLOCK
+            d = N.descriptor({"op": N.OPS[op], "rows": 1, "cols": 4096, "dtype": dtype})
+            rule = N.registers(d, k, q)[0]
+            rows.append({"kernel": name, "dtype": dtype, "op": N.OPS[op], "strategy": strategy, "vec": vec,
+                         "buffer": buf, "num_regs": regs, "local_bytes": local, "max_threads_per_block": max_threads,
+                         "rule_registers": round(rule, 2),
+                         "rule_launches": {t: N.blocks_per_sm(t, rule + (N.REGS_SPREAD if strategy == "persistent"
+                                                                            else 0.0)) > 0
+                                           for t in (256, 512, 1024)}})
+    print(f"{'kernel':<44} {'regs':>5} {'rule':>6} {'local':>6} {'max thr':>7}  rule launches 1024")
+    for r in rows:
+        flag = "" if r["rule_launches"][1024] == (r["max_threads_per_block"] >= 1024) else "  <- differs"
+        print(f"{r['kernel']:<44} {r['num_regs']:>5} {r['rule_registers']:>6} {r['local_bytes']:>6} "
+              f"{r['max_threads_per_block']:>7}  {r['rule_launches'][1024]}{flag}")
+    Path(out_path).write_text(json.dumps({"format": "calib.norm-registers-probe", "version": 1,
+                                          "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+                                          "nvrtc": list(cp.cuda.nvrtc.getVersion()), "kernels": rows}, indent=1))
+
+
 def cublaslt_heuristics(*args: str) -> None:
     import os
 
@@ -240,6 +290,8 @@ if __name__ == "__main__":
         splitk_batched_kernels(*sys.argv[2:])
     elif sys.argv[1:2] == ["splitk-kernels"] and len(sys.argv) >= 3:
         splitk_kernels(*sys.argv[2:4])
+    elif sys.argv[1:2] == ["norm-registers"] and len(sys.argv) == 3:
+        norm_registers(sys.argv[2])
     elif sys.argv[1:2] == ["shapes"] and len(sys.argv) >= 4:
         probe_shapes(*sys.argv[2:])
     else:  # was a KeyError or IndexError traceback
