@@ -245,15 +245,15 @@ def norm_registers(out_path: str) -> None:
                           device=None, software=None))
     rows = []
     for dtype in N.DTYPES:
-        for name in N._names(dtype):
+        for name in dict.fromkeys(N._names(dtype)):  # each compiled kernel once
             m = re.match(r"(persistent|multipass)_norm<[^,]+,(\d+),?(\d+)?,(\d)>", name)
             strategy, a, b, op = m.group(1), int(m.group(2)), m.group(3), int(m.group(4))
             buf, vec = (a, int(b)) if strategy == "persistent" else (0, a)
             k = Knobs(strategy=strategy, threads=1024, vec=vec, buffer=buf)
             fn = N.kernel(dtype, k, N.OPS[op])
-            regs = cp.cuda.driver.funcGetAttribute(4, fn.ptr)  # CU_FUNC_ATTRIBUTE_NUM_REGS
-            local = cp.cuda.driver.funcGetAttribute(3, fn.ptr)  # ..._LOCAL_SIZE_BYTES
-            max_threads = cp.cuda.driver.funcGetAttribute(0, fn.ptr)  # ..._MAX_THREADS_PER_BLOCK
+            # cupy.RawKernel's attribute properties compile the kernel and ask the driver
+            # (cuFuncGetAttribute): what the launch will see, not what a local nvcc says
+            regs, local, max_threads = fn.num_regs, fn.local_size_bytes, fn.max_threads_per_block
             d = N.descriptor({"op": N.OPS[op], "rows": 1, "cols": 4096, "dtype": dtype})
             rule = N.registers(d, k, q)[0]
             rows.append({"kernel": name, "dtype": dtype, "op": N.OPS[op], "strategy": strategy, "vec": vec,
