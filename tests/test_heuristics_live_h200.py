@@ -42,7 +42,12 @@ an 18th host, 2026-12-02): split-K met every bar on all four (worst 0.867-0.943,
 3.7-4.8%; replayed with the probes in tests/test_heuristics_splitk_serial.py); pointwise on X, Y, Z (W's
 worst 0.843: fp16 exp of 6.8M elements, 8-byte vectors against 16); normalization on Y (W 0.801: fp16
 layer norm 7 x 14571, persistent at 256 threads against 1024; X 0.814 and Z 0.797: fp16 layer norm of
-odd rows of 26-29k elements, 1564 and 770 rows, multi-pass at 512 threads against 1024)."""
+odd rows of 26-29k elements, 1564 and 770 rows, multi-pass at 512 threads against 1024).
+Seeds 26-28 (bench/results/2026-12-03-h200-heuristics-s10/: normalization's loop-band corrections fitted
+on all 29 recordings, the shipped profile, unseen when they ran; kept out of h200_recordings.FOLDERS, so
+that nothing is fitted on them): pointwise and normalization met every bar live on all three (worst
+0.924-0.937 and 0.875-0.938), split-K its geomean and worst case (0.877-0.951) and overall error, not
+its memory-bound median (5.4, 6.0, 5.4%)."""
 
 from __future__ import annotations
 
@@ -58,8 +63,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200_recordings import R, assert_meets_every_bar, recordings  # noqa: E402
 
 
+S10 = "2026-12-03-h200-heuristics-s10"
+SHIPPED = R.parents[1] / "profiles" / "nvidia-h200.json"
+UNSEEN = {str(seed): (f"{S10}/seed{seed}", SHIPPED) for seed in (26, 27, 28)}
+
+
 def _replay(kind, name="M"):
-    rec, prof = (R / p for p in recordings(kind, names=name)[name])
+    if name in UNSEEN:
+        folder, prof = UNSEEN[name]
+        rec = R / folder / f"heuristics-{kind}.json"
+    else:
+        rec, prof = (R / p for p in recordings(kind, names=name)[name])
     return E.evaluate(kind, backend=f"replay:{rec}", profile=load_profile(prof, device=None, software=None))
 
 
@@ -69,7 +83,8 @@ def _replay(kind, name="M"):
                                         ("pointwise", "X"), ("pointwise", "Y"), ("pointwise", "Z"),
                                         ("normalization", "M"), ("normalization", "O"), ("normalization", "Q"),
                                         ("normalization", "S"), ("normalization", "U"), ("normalization", "V"),
-                                        ("normalization", "Y")])
+                                        ("normalization", "Y")]
+                         + [(kind, seed) for kind in ("pointwise", "normalization") for seed in UNSEEN])
 def test_the_live_check_met_every_bar(kind, name):
     assert_meets_every_bar(_replay(kind, name))
 
