@@ -47,7 +47,11 @@ Seeds 26-28 (bench/results/2026-12-03-h200-heuristics-s10/: normalization's loop
 on all 29 recordings, the shipped profile, unseen when they ran; kept out of h200_recordings.FOLDERS, so
 that nothing is fitted on them): pointwise and normalization met every bar live on all three (worst
 0.924-0.937 and 0.875-0.938), split-K its geomean and worst case (0.877-0.951) and overall error, not
-its memory-bound median (5.4, 6.0, 5.4%)."""
+its memory-bound median (5.4, 6.0, 5.4%). Seeds 29-31 (s10c2/, the driver's register counts deciding
+which persistent blocks launch): no choice failed; pointwise met every bar, normalization on 30 and 31
+(29's worst 0.815: fp32 softmax 223 x 23576, persistent v4 x 32 at 1024 threads against multi-pass,
+T's pattern; with the rule instead of the counts 0.817), split-K its geomean everywhere and its worst
+on 29 and 30, never its memory-bound median."""
 
 from __future__ import annotations
 
@@ -66,6 +70,7 @@ from h200_recordings import R, assert_meets_every_bar, recordings  # noqa: E402
 S10 = "2026-12-03-h200-heuristics-s10"
 SHIPPED = R.parents[1] / "profiles" / "nvidia-h200.json"
 UNSEEN = {str(seed): (f"{S10}/seed{seed}", SHIPPED) for seed in (26, 27, 28)}
+UNSEEN.update({str(seed): (f"{S10}c2/seed{seed}", SHIPPED) for seed in (29, 30, 31)})
 
 
 def _replay(kind, name="M"):
@@ -84,7 +89,8 @@ def _replay(kind, name="M"):
                                         ("normalization", "M"), ("normalization", "O"), ("normalization", "Q"),
                                         ("normalization", "S"), ("normalization", "U"), ("normalization", "V"),
                                         ("normalization", "Y")]
-                         + [(kind, seed) for kind in ("pointwise", "normalization") for seed in UNSEEN])
+                         + [("pointwise", seed) for seed in UNSEEN]
+                         + [("normalization", seed) for seed in UNSEEN if seed != "29"])
 def test_the_live_check_met_every_bar(kind, name):
     assert_meets_every_bar(_replay(kind, name))
 
@@ -163,3 +169,23 @@ def test_the_live_check_of_seed_14_normalization_missed_on_a_multipass_thread_co
     with N.use_corrections(N.fit_all(N.recorded_samples(pairs))):
         old = N.heuristic(R_LONG_SOFTMAX, prof)
     assert old["strategy"] == "multipass" and old["threads"] == 256, dict(old)
+
+
+def test_seed_29_normalization_misses_only_where_the_model_ranks_persistent_ahead_on_two_fp32_rows_per_sm():
+    """Seed 29's one problem below 0.85 is T's 219 x 26328 pattern: fp32 softmax of about two rows per
+    SM and 20k+ columns, persistent chosen, multi-pass faster; the model's times the wrong way round."""
+    from calib.heuristics import normalization as N
+    from calib.heuristics.knobs import Knobs
+    from calib.heuristics.predictor import q_of
+
+    res = _replay("normalization", "29")
+    h = res["summary"]["heuristic"]
+    assert res["evaluated"] == 100 and h["choice_failed"] == 0 and h["geomean_efficiency"] >= 0.97
+    assert res["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
+    q = q_of(load_profile(SHIPPED, device=None, software=None))
+    low = [r for r in res["rows"] if r["best_us"] / r["heuristic_us"] < 0.85]
+    assert len(low) == 1
+    d, chosen, best = N.descriptor(low[0]["descriptor"]), Knobs(low[0]["heuristic"]), Knobs(low[0]["best"])
+    assert d.dtype == "float32" and d.op == "softmax" and 1 < d.rows / N.P.sm_count(q) <= 2 and d.cols > 20000
+    assert (chosen["strategy"], best["strategy"]) == ("persistent", "multipass")
+    assert N.model_us(d, chosen, q) < N.model_us(d, best, q)
