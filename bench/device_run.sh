@@ -4,6 +4,12 @@
 #   device tool: carry [".whl"], command: bash bench/device_run.sh [STEP ...]
 # .whl: bash ../shared/device/wheels.sh sqlalchemy alembic filelock platformdirs nvidia-ml-py pytest-timeout;
 # the tree and the wheels travel within 64 MiB: jedi, parso and debugpy (optional to IPython/ipykernel) can go.
+# Since 2026-12-03 the tree is 58 MB and all wheels 11 MB: a call without notebooks (heuristics-seedN,
+# gpu-tests, verify-shipped) carries only what calib itself needs (NOTEBOOK_WHEELS moved out of .whl).
+# NOTEBOOK_WHEELS: papermill ipykernel ipython jupyter_client jupyter_core nbclient nbformat pyzmq tornado
+#   traitlets prompt_toolkit wcwidth jsonschema jsonschema_specifications referencing rpds_py fastjsonschema
+#   pexpect ptyprocess pure_eval stack_data asttokens executing comm matplotlib_inline nest_asyncio2
+#   ipython_pygments_lexers entrypoints tenacity
 # Steps, in the order given (default: quick):
 #   quick | full   bench/ceilings.py for that suite (it runs `calib run` itself); the run folder
 #                  (executed notebooks, report, profile) is kept as run-<suite>.tgz
@@ -25,7 +31,9 @@ set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || exit 1
 export PYTHONPATH=$PWD:/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
-python3 -m ipykernel install --user --name python3 >/dev/null || exit 1
+if python3 -c "import ipykernel" 2>/dev/null; then  # not carried by a call without notebooks
+  python3 -m ipykernel install --user --name python3 >/dev/null || exit 1
+fi
 export XDG_DATA_HOME=/tmp/xdg
 res=/tmp/device-results
 rm -rf "$res" /tmp/xdg && mkdir -p "$res"  # a warm machine keeps /tmp: a reused folder would resume, not measure
