@@ -61,6 +61,9 @@ from pathlib import Path
 import pytest
 
 from calib.heuristics import evaluate as E
+from calib.heuristics import normalization as N
+from calib.heuristics.knobs import Knobs
+from calib.heuristics.predictor import q_of
 from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -174,10 +177,6 @@ def test_the_live_check_of_seed_14_normalization_missed_on_a_multipass_thread_co
 def test_seed_29_normalization_misses_only_where_the_model_ranks_persistent_ahead_on_two_fp32_rows_per_sm():
     """Seed 29's one problem below 0.85 is T's 219 x 26328 pattern: fp32 softmax of about two rows per
     SM and 20k+ columns, persistent chosen, multi-pass faster; the model's times the wrong way round."""
-    from calib.heuristics import normalization as N
-    from calib.heuristics.knobs import Knobs
-    from calib.heuristics.predictor import q_of
-
     res = _replay("normalization", "29")
     h = res["summary"]["heuristic"]
     assert res["evaluated"] == 100 and h["choice_failed"] == 0 and h["geomean_efficiency"] >= 0.97
