@@ -56,6 +56,15 @@ def fresh_cublaslt_state(monkeypatch):
 
 
 @pytest.fixture
+def without_fp16_split1_correction(monkeypatch):
+    """splitk's fp16 split-1 correction off: a test pinning what another of split-K's mechanisms
+    changes (the fp32 choice, its reduction) replays as those numbers were measured, without it."""
+    from calib.heuristics import splitk
+
+    monkeypatch.setitem(splitk._fp16_split1, "doc", None)
+
+
+@pytest.fixture
 def fixture_path():
     return lambda name: FIXTURES / name
 

@@ -58,8 +58,9 @@ def _q(name):
 
 
 @pytest.fixture(autouse=True)
-def fresh_state(fresh_cublaslt_state):
-    """Every test here starts with cuBLASLt's state empty (conftest.fresh_cublaslt_state)."""
+def fresh_state(fresh_cublaslt_state, without_fp16_split1_correction):
+    """Every test here starts with cuBLASLt's state empty (conftest.fresh_cublaslt_state), and without
+    the fp16 split-1 correction: these pin the fp32 choice's effects as they were measured."""
 
 
 def _replay(name):
