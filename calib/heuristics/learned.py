@@ -25,11 +25,12 @@ levels change:
   the profile's L2/DRAM bandwidth ratio, and says so (``assumed``).
 
 The default sizes (:func:`default_sizes`) are chosen from the profile to pin one number each: a
-launch-bound size (1/64 of the L2 capacity), an L2-resident one (half of it) and a DRAM one
-(8x the ramp's end). Each is measured at a few points within 5% of it (:func:`learning_points`):
-a library op's time at one size carries a share of its kernel's last partial tile that the
-next size does not (cupy.sum on an H200: 5.9 us at 477 kB, 6.5 us at 735 kB), so one point
-pins t0 anywhere in that band; a few points spread over the tile's phases pin its middle.
+launch-bound size (1/64 of the L2 capacity), an L2-resident one (half of it) and a DRAM one (the
+L2 ramp's end). Each is measured at six points spread geometrically around it (:func:`learning_points`):
+a library op's time at one size carries effects of its own kernel's quantisation that the next size
+does not (cupy.sum on an H200: 5.9 us at 477 kB, 6.5 us at 735 kB, its last partial tile; 9.3 us at
+18.9 MB just past a wave of CUB's blocks where the line through its neighbours says 8.9), so points
+at one size pin t0 or a rate anywhere in such a wobble; points spread over it pin its middle.
 
 The profile also says what a kernel pays on entering DRAM (:func:`dram_fill_us`): the memory
 pipeline fills for one DRAM latency before bytes flow at the DRAM rate, so the DRAM line's
@@ -54,18 +55,32 @@ from .registry import HeuristicError, read
 
 NAME = re.compile(r"^[a-z0-9_]+$")
 
-# Offsets of a learning size's points (relative, within +-5%): a low-discrepancy (golden-ratio) sequence,
-# so the points fall at unrelated phases of any tile much smaller than the 10% span (evenly spaced offsets
-# alias with a tile near their step). Why: CuPy 14.2's cupy.sum runs CUB's DeviceReduce (CUB is CuPy's
-# default accelerator on CUDA, cupy/_core/_accelerator.pyx): two kernels, 4096-item tiles of float32 on
-# SM90 (CCCL 3.1 tuning_reduce.cuh Policy600), the last partial tile reduced in a guarded loop of 256
-# items an iteration (agent_reduce.cuh). On all eight H200 recordings of 2026-12-01 (bench/results/
-# 2026-12-01-h200-heuristics-*/heuristics-learned.json) it took 5.82-6.18 us at 477 kB (2 iterations) and
-# 6.0-6.6 us at 64 and 175 kB (15 and 11); learned at 735 kB (15 iterations), t0 sat near the band's top
-# and 477 kB missed by 11-13% on F and G (4% on H, whose launch-bound times sat lower). At 735 kB these
-# six points fall at tile phases 0.04-0.81 of CUB's tile (mean 0.53).
+# Where a learning size's points lie: b * spread ** u, u from a low-discrepancy (golden-ratio) sequence
+# over [-1, 1], so the points fall at unrelated phases of any quantisation much finer than the band
+# (evenly spaced offsets alias with a period near their step). Why points at all: CuPy 14.2's cupy.sum
+# runs CUB's DeviceReduce (CUB is CuPy's default accelerator on CUDA, cupy/_core/_accelerator.pyx): two
+# kernels, 4096-item tiles of float32 on SM90 (CCCL 3.1 tuning_reduce.cuh Policy600), the last partial
+# tile reduced in a guarded loop of 256 items an iteration (agent_reduce.cuh). On all eight H200
+# recordings of 2026-12-01 (bench/results/2026-12-01-h200-heuristics-*/heuristics-learned.json) it took
+# 5.82-6.18 us at 477 kB (2 iterations) and 6.0-6.6 us at 64 and 175 kB (15 and 11); learned at 735 kB
+# alone (15 iterations), t0 sat near the band's top and 477 kB missed by 11-13% on F and G.
+# Why bands this wide (x/1.6 for the launch-bound size, x/1.45 for the others; until 2026-12-03 all
+# were within +-5%): the sum's time also steps with whole waves of its first kernel's blocks (one
+# 16 KiB tile a block, a wave every 17.3 MB on the H200), and the L2 size's +-5% band (17.6-19.4 MB)
+# sat on the step just past the first: r_L2 came out slow and every L2-resident size 5-8% over. Its
+# DRAM size at 2.3 GB was far from where the sum's intercept (two kernels' fill, 1.2-2.0 us above the
+# profile's one) matters: 51-141 MB came out 4-6% under. Replayed on the 27 H200 recordings that keep
+# every size's passes (2026-12-01..03; the recorded sizes inside each band as its points, those sizes
+# left out of the errors), these bands and the DRAM size at the ramp's end (292 MB, was 2.34 GB) took
+# cupy.sum's p90 error from 5.42% mean / 7.09% max to 4.04 / 5.03%, cupy.multiply's from 2.73 / 4.76
+# to 2.28 / 2.85% and the CuPy softmax's from 3.85 / 4.07 to 2.83 / 2.99%; moving each band a recorded
+# size either way (27 placements) kept the sum at 3.91-4.31% mean, 4.90-5.28% max. Moving the L2 size
+# instead (cap/4, cap/3) fitted the sum's steps, not its rate (worst 12-17%); a fitted DRAM intercept
+# (a fourth number) moved the sum's miss to 51.6 MB and the softmax's worst to 10.7%.
 _PHI = (5**0.5 - 1) / 2
-JITTER = tuple(0.05 * (2 * ((k * _PHI) % 1) - 1) for k in range(1, 7))
+OFFSETS = tuple(2 * ((k * _PHI) % 1) - 1 for k in range(1, 7))
+SPREAD = (1.6, 1.45, 1.45)  # the launch-bound, L2 and DRAM bands: each point within x/spread of its size
+L2_BAND_TOP = 0.9  # the L2 band's top point at most this share of the profile's L2 scale (f = 1 there)
 
 
 @dataclass
@@ -157,16 +172,25 @@ class LearnedModel:
 
 
 def default_sizes(profile) -> list[float]:
-    """Bytes of three sizes that pin t0 (launch-bound), r_L2 (L2-resident) and r_DRAM."""
+    """Bytes of three sizes that pin t0 (launch-bound), r_L2 (L2-resident) and r_DRAM: 1/64 and 1/2 of
+    the L2 capacity (the L2 one lowered where its band would reach past :data:`L2_BAND_TOP` of the L2
+    scale) and the ramp's end (at least 4x the capacity)."""
     q = P.q_of(profile)
     cap = q("memory.l2.capacity_bytes")
     end = q("memory.l2.capacity_bytes.ramp_end")
-    return [cap / 64, cap / 2, 8 * max(end, cap)]
+    l2 = min(cap / 2, L2_BAND_TOP * P.l2_scale_bytes(q) / SPREAD[1])
+    return [cap / 64, l2, max(end, 4 * cap)]
 
 
-def learning_points(nominal_bytes) -> list[float]:
-    """The sizes (bytes) at which each nominal learning size is measured: JITTER around each, in order."""
-    return [float(int(b * (1 + o))) for b in nominal_bytes for o in JITTER]
+def learning_points(nominal_bytes, spread=SPREAD) -> list[float]:
+    """The sizes (bytes) at which each nominal learning size is measured, in order: b * s ** u for each
+    of :data:`OFFSETS` u, s the size's entry of ``spread`` (the last entry for any further sizes)."""
+    spread = tuple(spread)
+    out = []
+    for i, b in enumerate(nominal_bytes):
+        s = spread[min(i, len(spread) - 1)]
+        out += [float(int(b * s**u)) for u in OFFSETS]
+    return out
 
 
 def dram_fill_us(q) -> float:
