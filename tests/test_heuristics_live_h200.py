@@ -51,7 +51,12 @@ its memory-bound median (5.4, 6.0, 5.4%). Seeds 29-31 (s10c2/, the driver's regi
 which persistent blocks launch): no choice failed; pointwise met every bar, normalization on 30 and 31
 (29's worst 0.815: fp32 softmax 223 x 23576, persistent v4 x 32 at 1024 threads against multi-pass,
 T's pattern; with the rule instead of the counts 0.817), split-K its geomean everywhere and its worst
-on 29 and 30, never its memory-bound median."""
+on 29 and 30, never its memory-bound median. Seeds 32-37 (s11/, s11c2/: split-K's fp16 split-1
+correction and the learned predictor's wider bands, unseen when they ran): pointwise and normalization
+met every bar live on all six (normalization's worst 0.854-0.924), split-K its geomean everywhere, its
+worst case on all but 37 (0.813: fp32 16 x 816 x 6656, cuBLAS's split 1 ran 1.25x its prediction
+against split 16) and its memory-bound median on 32, 33, 34 and 37 (3.5, 4.6, 4.3, 4.4%; 35 5.5%, its
+fp32 rows 10.9%; 36 5.7%)."""
 
 from __future__ import annotations
 
@@ -74,6 +79,10 @@ S10 = "2026-12-03-h200-heuristics-s10"
 SHIPPED = R.parents[1] / "profiles" / "nvidia-h200.json"
 UNSEEN = {str(seed): (f"{S10}/seed{seed}", SHIPPED) for seed in (26, 27, 28)}
 UNSEEN.update({str(seed): (f"{S10}c2/seed{seed}", SHIPPED) for seed in (29, 30, 31)})
+# session 11: split-K's fp16 split-1 correction and the learned predictor's bands, live
+S11 = "2026-12-03-h200-heuristics-s11"
+UNSEEN.update({str(seed): (f"{S11}/heuristics-seed{seed}", SHIPPED) for seed in (32, 33, 34)})
+UNSEEN.update({str(seed): (f"{S11}c2/heuristics-seed{seed}", SHIPPED) for seed in (35, 36, 37)})
 
 
 def _replay(kind, name="M"):
