@@ -109,6 +109,36 @@ def test_the_driver_s_register_counts_decide_which_persistent_blocks_launch_on_a
     assert len(N.PTXAS_REGISTERS) == len(_probe())
 
 
+@pytest.mark.parametrize(("nvrtc", "applies"), [(None, True), ((13, 0), True), ((12, 8), False), ((13, 1), False)])
+def test_the_register_counts_hold_for_their_compiler_only(monkeypatch, nvrtc, applies):
+    """The counts are NVRTC 13.0's (the probe file says so): where CuPy in this process compiles with
+    another, the rule decides, with one warning naming both; without CuPy here (a replay) the table holds."""
+    import types
+    import warnings
+
+    assert tuple(json.loads((R / "2026-12-03-h200-heuristics-s10" / "norm-registers.json").read_text())["nvrtc"]) \
+        == N.PTXAS_REGISTERS_NVRTC
+    monkeypatch.setattr(N, "_compiler", {})
+    if nvrtc is None:
+        monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    else:
+        fake = types.SimpleNamespace(cuda=types.SimpleNamespace(nvrtc=types.SimpleNamespace(getVersion=lambda: nvrtc)))
+        monkeypatch.setitem(sys.modules, "cupy", fake)
+    q = q_of(_profile("W"))
+    d = N.descriptor({"op": "softmax", "rows": 4096, "cols": 16384, "dtype": "float32"})
+    k = Knobs(strategy="persistent", threads=1024, vec=1, buffer=16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [N.compiled_registers(d, k, q) for _ in range(3)]
+        offered = math.isfinite(N.plain_model_us(d, k, q))
+    said = [str(w.message) for w in caught if "NVRTC" in str(w.message)]
+    if applies:
+        assert got == [N.PTXAS_REGISTERS[("float32", 16, 1, N.OPS.index("softmax"))]] * 3 and offered and not said
+    else:
+        assert got == [None] * 3 and not offered
+        assert len(said) == 1 and "13.0" in said[0] and ".".join(map(str, nvrtc)) in said[0]
+
+
 def _probe():
     doc = json.loads((R / "2026-12-03-h200-heuristics-s10" / "norm-registers.json").read_text())
     assert doc["device"] == N.PTXAS_REGISTERS_DEVICE

@@ -252,7 +252,12 @@ REGS_SPREAD = 4.0  # registers a kernel's count may differ from the rule by (hal
 # to T (W 0.801 -> 0.937, M 0.750 -> 0.933, 23 0.898 -> 0.942; S 0.956 -> 0.886), and fitted on all 29
 # from T, W to T. The counts in the time model too (not only in the launch) lost V (0.905 -> 0.827) and
 # K (0.934 -> 0.878). Live on seeds 29-31 (2026-12-03) every block offered so launched.
+# The counts are one compiler's: a process compiling with another NVRTC (CuPy's, which the evaluation's
+# kernels go through) may get other counts, and a 1024-thread block the table offers might not launch;
+# there the rule decides (:func:`compiled_registers` asks NVRTC only where CuPy is already imported:
+# a replay of recordings made with this compiler, on a machine without one, keeps the table).
 PTXAS_REGISTERS_DEVICE = "NVIDIA H200"
+PTXAS_REGISTERS_NVRTC = (13, 0)
 PTXAS_REGISTERS = {
     ("float16", 1, 1, 0): 23, ("float16", 1, 1, 1): 21, ("float16", 2, 1, 0): 28, ("float16", 2, 1, 1): 26,
     ("float16", 2, 2, 0): 26, ("float16", 2, 2, 1): 30, ("float16", 4, 1, 0): 31, ("float16", 4, 1, 1): 32,
@@ -500,11 +505,49 @@ def plain_model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
 
 def compiled_registers(d: NormDescriptor, k, q) -> int | None:
     """The driver's register count of the persistent kernel ``k`` compiles to (PTXAS_REGISTERS),
-    on a profile of the GPU it was read on; None elsewhere (another GPU, the simulated device, whose
-    truth is the rule's count + 2) and for a kernel not listed."""
+    on a profile of the GPU it was read on and with the compiler it was read with; None elsewhere
+    (another GPU, the simulated device, whose truth is the rule's count + 2, another NVRTC in this
+    process) and for a kernel not listed."""
     if k["strategy"] != "persistent" or not P.measured_on(q, PTXAS_REGISTERS_DEVICE):
         return None
+    if not _same_compiler():
+        return None
     return PTXAS_REGISTERS.get((d.dtype, int(k["buffer"]), int(k["vec"]), OPS.index(d.op)))
+
+
+_compiler: dict = {}
+
+
+def nvrtc_version() -> tuple | None:
+    """(major, minor) of the NVRTC CuPy compiles with in this process, or None where CuPy is not
+    imported here (importing it is not this module's to do) or does not say."""
+    import sys
+
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return None
+    try:
+        return tuple(int(v) for v in cupy.cuda.nvrtc.getVersion())
+    except Exception:  # noqa: BLE001 - no NVRTC to ask: nothing known, as without CuPy
+        return None
+
+
+def _same_compiler() -> bool:
+    """Whether the register table holds for this process's compiler; warns once where it does not."""
+    if "same" not in _compiler:
+        v = nvrtc_version()
+        _compiler["same"] = v is None or v == PTXAS_REGISTERS_NVRTC
+        if not _compiler["same"]:
+            import warnings
+
+            from .registry import HeuristicWarning
+
+            warnings.warn(f"normalization: the persistent kernels' register counts were read with NVRTC "
+                          f"{'.'.join(map(str, PTXAS_REGISTERS_NVRTC))}; this process compiles with NVRTC "
+                          f"{'.'.join(map(str, v))}, so the register rule decides which blocks launch "
+                          "(bench/probes.py norm-registers reads this compiler's counts)",
+                          HeuristicWarning, stacklevel=3)
+    return _compiler["same"]
 
 
 # ----------------------------------------------------------------------------------------------
