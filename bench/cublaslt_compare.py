@@ -3,7 +3,8 @@
     python3 bench/cublaslt_compare.py PROBE.json bench/results/2026-12-02-h200-splitk-kernels/kernels.json
     python3 bench/cublaslt_compare.py --selftest
 
-PROBE.json from ``bench/probes.py cublaslt-heuristics``; kernels.json from ``bench/probes.py splitk-kernels``
+PROBE.json from ``bench/probes.py cublaslt-heuristics`` (or PROBE.json.gz: the committed probes are stored
+gzip-compressed, and a path ending in .gz is read decompressed); kernels.json from ``bench/probes.py splitk-kernels``
 (torch.profiler over cupy.matmul(a.T, b), H200, 2026-12-02). Per shape, Lt's first result (tile, split-K)
 against the traced GEMM kernel: its tile from the name (cutlass ``sgemm_128x32_8x5``, xmma
 ``tilesize128x32x8``), its split from grid z, and how the split was reduced (a separate
@@ -14,9 +15,11 @@ executed, that is compared too (with the trace, as a check of the log, and with 
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import sys
+import zlib
 from collections import Counter
 
 TILE_RX = (re.compile(r"sgemm_(\d+)x(\d+)_"), re.compile(r"tilesize(\d+)x(\d+)x\d+"))
@@ -192,9 +195,9 @@ if __name__ == "__main__":
         docs = []
         for path in sys.argv[1:]:
             try:  # a missing or broken file is a message, not a traceback
-                with open(path) as f:
+                with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path)) as f:
                     docs.append(json.load(f))
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, EOFError, zlib.error) as e:  # BadGzipFile is an OSError
                 raise SystemExit(f"{path}: {e}") from None
         if not isinstance(docs[0], dict) or not isinstance(docs[0].get("shapes"), dict):
             raise SystemExit(f"{sys.argv[1]}: not a cublaslt-heuristics probe (no 'shapes' object)")

@@ -1,5 +1,5 @@
 """Split-K's fp32 split 1 from the kernel cuBLAS will run (calib/heuristics/cublaslt.py), on the CPU:
-the oracle of the committed H200 probes (bench/results/2026-12-02-h200-cublaslt/cublaslt.json, Lt's first
+the oracle of the committed H200 probes (bench/results/2026-12-02-h200-cublaslt/cublaslt.json.gz, Lt's first
 result for the 455 fp32 GEMMs of recordings A-L, and S4C4_PROBE's 132 of M, N and O) replayed on A-O,
 the fallback without a GPU, and the probe file's checks.
 
@@ -16,6 +16,8 @@ F 0.858, H 0.845, L 0.894, M 0.795 and O 0.872 hold.
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import json
 import math
 import subprocess
@@ -238,7 +240,7 @@ def test_the_oracle_wins_and_is_of_its_gpu_only(oracle):
     with CL.use_oracle(oracle):
         c = CL.choice(1168, 288, 3328, "float32", "NVIDIA H200")
         assert (c.algo_id, c.tile_m, c.tile_n, c.split) == (20, 128, 64, 5)  # Lt's "64x128": N x M
-        assert "cublaslt.json" in c.source and c.device == "NVIDIA H200"
+        assert "cublaslt.json.gz" in c.source and c.device == "NVIDIA H200"
         assert CL.choice(1168, 288, 3328, "float32", "NVIDIA H100") is None
         assert CL.choice(16, 16, 256, "float32", "NVIDIA H200") is None  # a shape it lacks
     assert CL._state["oracle"] is None
@@ -283,6 +285,56 @@ def test_a_corrupt_probe_file_is_a_clear_error_naming_it(tmp_path, text, message
     assert str(p) in str(info.value)
     with pytest.raises(SK.HeuristicError, match="probe.json"):
         CL.set_oracle(p)
+
+
+# The committed probes stored gzip-compressed (gzip -9 -n of the file as the probe wrote it)
+GZIPPED_PROBES = (SK.LT_PROBE_FILE, SK.BATCHED_PROBE_FILE,
+                  "bench/results/2026-12-02-h200-splitk-batched/cublaslt-batched.json.gz",
+                  "bench/results/2026-12-02-h200-session6-call1/cublaslt-s6c1.json.gz",
+                  "bench/results/2026-12-02-h200-session6-call1/cublaslt-batched-s6c1.json.gz",
+                  "bench/results/2026-12-02-h200-heuristics-s7c1/cublaslt-s7c1.json.gz",
+                  "bench/results/2026-12-02-h200-heuristics-s7c1/cublaslt-batched-s7c1.json.gz")
+
+
+@pytest.mark.parametrize("name", GZIPPED_PROBES)
+def test_a_gzipped_probe_loads_as_its_decompressed_json(tmp_path, name):
+    gz = ROOT / name
+    assert gz.name.endswith(".json.gz")
+    plain = tmp_path / gz.name[:-len(".gz")]
+    plain.write_bytes(gzip.decompress(gz.read_bytes()))
+    got, want = CL.load_probe(gz), CL.load_probe(plain)
+    assert got and got.keys() == want.keys()
+    source = next(iter(got.values())).source
+    assert source.startswith(gz.name + " (")
+    assert got == {k: dataclasses.replace(c, source=source) for k, c in want.items()}
+    with CL.use_oracle(str(gz)):  # set_oracle reads a path the same way
+        assert CL._state["oracle"] == got
+
+
+def test_a_corrupt_gzipped_probe_is_a_clear_error_naming_it(tmp_path):
+    from calib.profile import MAX_PROFILE_BYTES
+
+    good = (ROOT / SK.LT_PROBE_FILE).read_bytes()
+    flipped = bytearray(good)
+    flipped[200:260] = b"\xff" * 60
+    cases = {
+        "truncated": (good[:len(good) // 2], "corrupt gzip file .*EOFError"),
+        "flipped": (bytes(flipped), "corrupt gzip file"),
+        "bad-crc": (good[:-8] + bytes(8), "corrupt gzip file"),
+        "plain": (gzip.decompress(good), "not a gzip file"),
+        "empty": (b"", "not a gzip file"),
+        "bomb": (gzip.compress(b" " * (MAX_PROFILE_BYTES + 1)), f"decompresses to more than the {MAX_PROFILE_BYTES}"),
+        "not-json": (gzip.compress(b"{"), "is not JSON"),
+        "not-utf8": (gzip.compress(b"\xff\xfe{}"), "not UTF-8 text .* decompressed"),
+    }
+    for what, (data, message) in cases.items():
+        p = tmp_path / f"{what}.json.gz"
+        p.write_bytes(data)
+        with pytest.raises(SK.HeuristicError, match=message) as info:
+            CL.load_probe(p)
+        assert str(p) in str(info.value), what
+        with pytest.raises(SK.HeuristicError, match=f"{what}.json.gz"):
+            CL.set_oracle(p)
 
 
 def test_import_calib_and_splitk_do_not_load_the_module():

@@ -35,10 +35,10 @@ from test_heuristics_live_h200 import SHIPPED, UNSEEN  # noqa: E402
 ROOT = R.parents[1]
 CALL = R / "2026-12-02-h200-session6-call1"
 PROBES = (ROOT / SK.LT_PROBE_FILE, R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json",
-          R / "2026-12-02-h200-heuristics-s5c5/cublaslt-s5c5.json", CALL / "cublaslt-s6c1.json",
-          ROOT / SK.BATCHED_PROBE_FILE, CALL / "cublaslt-batched-s6c1.json",
-          R / "2026-12-02-h200-heuristics-s7c1/cublaslt-s7c1.json",
-          R / "2026-12-02-h200-heuristics-s7c1/cublaslt-batched-s7c1.json")
+          R / "2026-12-02-h200-heuristics-s5c5/cublaslt-s5c5.json", CALL / "cublaslt-s6c1.json.gz",
+          ROOT / SK.BATCHED_PROBE_FILE, CALL / "cublaslt-batched-s6c1.json.gz",
+          R / "2026-12-02-h200-heuristics-s7c1/cublaslt-s7c1.json.gz",
+          R / "2026-12-02-h200-heuristics-s7c1/cublaslt-batched-s7c1.json.gz")
 
 
 @pytest.fixture(autouse=True)

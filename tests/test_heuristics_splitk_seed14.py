@@ -43,7 +43,7 @@ from calib.profile import load_profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200_recordings import FOLDERS, R, recordings  # noqa: E402
 
-PROBES = (R / "2026-12-02-h200-cublaslt/cublaslt.json", R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json")
+PROBES = (R / "2026-12-02-h200-cublaslt/cublaslt.json.gz", R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json")
 TINY = {"m": 16, "n": 80, "k": 768, "dtype": "float32"}
 _results: dict = {}
 

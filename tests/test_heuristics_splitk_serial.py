@@ -6,6 +6,7 @@ TINY_GRID), and for every split > 1 of the same problems; the grid and R's and S
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import statistics
@@ -28,10 +29,10 @@ ROOT = R.parents[1]
 CALL = R / "2026-12-02-h200-session6-call1"
 TRACED = json.loads((CALL / "kernels-s6c1.json").read_text())
 PROBES = (ROOT / SK.LT_PROBE_FILE, R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json",
-          R / "2026-12-02-h200-heuristics-s5c5/cublaslt-s5c5.json", CALL / "cublaslt-s6c1.json",
-          ROOT / SK.BATCHED_PROBE_FILE, CALL / "cublaslt-batched-s6c1.json",
-          R / "2026-12-02-h200-heuristics-s7c1/cublaslt-s7c1.json",
-          R / "2026-12-02-h200-heuristics-s7c1/cublaslt-batched-s7c1.json")
+          R / "2026-12-02-h200-heuristics-s5c5/cublaslt-s5c5.json", CALL / "cublaslt-s6c1.json.gz",
+          ROOT / SK.BATCHED_PROBE_FILE, CALL / "cublaslt-batched-s6c1.json.gz",
+          R / "2026-12-02-h200-heuristics-s7c1/cublaslt-s7c1.json.gz",
+          R / "2026-12-02-h200-heuristics-s7c1/cublaslt-batched-s7c1.json.gz")
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +101,9 @@ def test_only_algo_55_with_custom_option_1_and_a_split_has_a_chain():
 
 
 def test_the_probe_keeps_lt_s_custom_option_and_refuses_a_bad_one(tmp_path):
-    c = CL.load_probe(CALL / "cublaslt-s6c1.json")[(16, 80, 768, "float32")]
+    c = CL.load_probe(CALL / "cublaslt-s6c1.json.gz")[(16, 80, 768, "float32")]
     assert (c.algo_id, c.tile_m, c.tile_n, c.split, c.custom_option) == (55, 32, 32, 176, 1)
-    doc = json.loads((CALL / "cublaslt-s6c1.json").read_text())
+    doc = json.loads(gzip.decompress((CALL / "cublaslt-s6c1.json.gz").read_bytes()))
     doc["shapes"] = {"16x80x768": doc["shapes"]["16x80x768"]}
     doc["shapes"]["16x80x768"]["results"][0]["custom_option"] = -1
     p = tmp_path / "bad.json"

@@ -283,8 +283,9 @@ def choice_from_result(r: dict, source: str, device: str | None = None, untiled_
 
 def load_probe(path) -> dict:
     """(m, n, k, "float32") -> :class:`Choice` from a ``bench/probes.py cublaslt-heuristics`` JSON
-    file (its "shapes": each shape's ranked "results", the first is Lt's choice). HeuristicError
-    naming the file and the entry if it is not such a file."""
+    file (its "shapes": each shape's ranked "results", the first is Lt's choice), plain or, where the
+    path ends in ``.gz``, gzip-compressed (registry.read_text decompresses it, bounded). HeuristicError
+    naming the file and the entry if it is not such a file (a corrupt gzip file included)."""
     from .registry import read_text
 
     where = f"cuBLASLt probe file {path}"

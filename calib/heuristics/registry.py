@@ -204,17 +204,45 @@ def layers(kind: str) -> list[str]:
 def read_text(path: Path, what: str, error: type) -> str:
     """The UTF-8 text of ``path``, or ``error`` (a CalibError) saying in one line why not. Only a
     regular file of a bounded size is read (as a profile is): a FIFO blocked for ever, /dev/zero
-    read until memory ran out."""
+    read until memory ran out. A path ending in ``.gz`` is gzip-compressed (the large probe
+    recordings under bench/results are stored so, ``gzip -9 -n``): it is decompressed here, to
+    the same bound, so a gzip bomb is refused rather than inflated."""
     from ..profile import ProfileError, _read_bytes
 
     try:
         data = _read_bytes(path, what)
     except ProfileError as exc:  # missing, a directory, a FIFO or device, too big, unreadable
         raise error(str(exc)) from None
+    if str(path).endswith(".gz"):
+        data = gunzip(data, path, what, error)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise error(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise error(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}"
+                    f"{' of its decompressed content' if str(path).endswith('.gz') else ''})") from None
+
+
+def gunzip(data: bytes, path, what: str, error: type) -> bytes:
+    """The decompressed bytes of gzip ``data`` (read from ``path``), at most MAX_PROFILE_BYTES of
+    them, or ``error`` saying in one line why not: not gzip, corrupt, truncated, or inflating past
+    the bound (decompression stops one byte past it, so a bomb costs no more than the bound)."""
+    import gzip
+    import io
+    import zlib
+
+    from ..profile import MAX_PROFILE_BYTES
+
+    if data[:2] != b"\x1f\x8b":
+        raise error(f"{what} {path} is not a gzip file (it does not start with the gzip magic bytes 1f 8b)")
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as f:
+            out = f.read(MAX_PROFILE_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError; EOFError: truncated
+        kind = "zlib.error" if isinstance(exc, zlib.error) else type(exc).__name__
+        raise error(f"{what} {path} is a corrupt gzip file ({kind}: {exc})"[:300]) from None
+    if len(out) > MAX_PROFILE_BYTES:
+        raise error(f"{what} {path} decompresses to more than the {MAX_PROFILE_BYTES} bytes a {what} may have")
+    return out
 
 
 def json_lines(text: str, label, problems: list):

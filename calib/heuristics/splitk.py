@@ -495,8 +495,8 @@ def _two_pass(launches) -> bool:
 LT_SWIZZLED_ALGOS = (20,)
 LT_FACTOR_MIN_SHAPES = 10
 KERNELS_FILE = "bench/results/2026-12-02-h200-splitk-kernels/kernels.json"
-LT_PROBE_FILE = "bench/results/2026-12-02-h200-cublaslt/cublaslt.json"
-# fit_lt_factors(kernels.json, load_probe(cublaslt.json), the profile of splitk_fp32_split1.json), with
+LT_PROBE_FILE = "bench/results/2026-12-02-h200-cublaslt/cublaslt.json.gz"
+# fit_lt_factors(kernels.json, load_probe(cublaslt.json.gz), the profile of splitk_fp32_split1.json), with
 # the reduction of lt_reduce_us (before it: "20" 0.944, "20:128x32" 0.973, "20:32x128" 1.003, "20:64x64" 0.907)
 LT_KERNEL_FACTOR = {"20": 0.931, "20:128x128": 0.981, "20:128x256": 0.958, "20:128x32": 0.966, "20:128x64": 0.907,
                     "20:256x128": 0.953, "20:32x128": 0.978, "20:64x128": 0.897, "20:64x64": 0.904,
@@ -719,7 +719,7 @@ def split1_fp32_us(q, m: int, n: int, k: int) -> float:
     choice reveals; where the choice's time is below, it is mostly the floor of few-tile problems
     (16x736x256, 64x64 tile split 4: recorded 8.5 us, 7.2 from the choice, 8.5 from the plain
     model), which the plain model and its correction were fitted on. Replayed on A-L (H200,
-    2026-12-02, the choices of bench/results/2026-12-02-h200-cublaslt/cublaslt.json), the choice
+    2026-12-02, the choices of bench/results/2026-12-02-h200-cublaslt/cublaslt.json.gz), the choice
     alone lifted C/D's worst case 0.88 -> 0.90 but raised the memory-bound predictor median on 9 of
     12 recordings (F 3.6 -> 6.3%, I 4.3 -> 6.2%); raised only, it kept the worst cases it lifted
     (F 0.712 -> 0.756, L 0.735 -> 0.894) and the memory-bound median rose on four (I 4.3 -> 5.1%).
@@ -727,7 +727,7 @@ def split1_fp32_us(q, m: int, n: int, k: int) -> float:
     Only above the profile's fp32 ridge (:func:`fp32_ridge_flops_per_byte`): below it the kernel's time
     is moving its bytes (or, for the smallest, its fixed costs) more than its tile's flops, which is
     what the choice's tile and split describe, and the choice's time was the worse guess there. On the
-    fp32 split-1 problems of A-O (the oracles of the H200 probes, cublaslt.json and
+    fp32 split-1 problems of A-O (the oracles of the H200 probes, cublaslt.json.gz and
     cublaslt-s4c4.json) where the choice is above the plain time, |log(measured / predicted)| has
     median 0.057 plain and 0.074 raised below the ridge (122 problems, the choice closer in 62),
     0.059 and 0.049 above it (308, closer in 173; counted per recording, so A and B's shared
@@ -792,7 +792,7 @@ def split1_fp32_us(q, m: int, n: int, k: int) -> float:
 # Each traced kernel is compared with its prediction, plus BATCHED_GAP_US: the median of (recorded
 # time - the model's copy and splitk_sum - the traced GEMM) over the 571 traced pairs' recordings
 # (the GEMM's launch gap in the three-kernel sequence; 2.64 us over the first 290).
-BATCHED_PROBE_FILE = "bench/results/2026-12-02-h200-splitk-batched/cublaslt-batched-all.json"
+BATCHED_PROBE_FILE = "bench/results/2026-12-02-h200-splitk-batched/cublaslt-batched-all.json.gz"
 BATCHED_KERNELS_FILES = ("bench/results/2026-12-02-h200-splitk-batched/splitk-batched-kernels-0.json",
                          "bench/results/2026-12-02-h200-splitk-batched/splitk-batched-kernels-1.json")
 # Used everywhere but for tiled grids that are resident at once with at most one CTA per SM, which fall
@@ -1070,7 +1070,7 @@ SPLIT_MARGIN = 0.84
 # runs (batched_from_choice_us), a split needs only to be predicted 1/0.88 (1.14x) faster. Those misses were
 # splits predicted 0.86-0.89x split 1 that ran 0.83-0.85x it (A and B's 16x720x3584 split 16, predicted
 # 15.6 us against split 1's 18.5, ran 17.1 against 18.8; H's 16x5216x5632 split 8, 69.1 against 80.1, ran
-# 71.5 against 84.6). Replayed on A-R (the three split-1 probes and cublaslt-batched-all.json as oracle;
+# 71.5 against 84.6). Replayed on A-R (the three split-1 probes and cublaslt-batched-all.json.gz as oracle;
 # H200, 2026-12-02) it lifts A 0.828 -> 0.907, B 0.840 -> 0.931 and H 0.845 -> 0.938, every other worst
 # case as at 0.84, over the tie 0.87-0.89 (0.86 leaves H at 0.845; 0.90-0.92 take M's 16x6144x6656 split 4,
 # 0.795 -> 0.788; 0.96 drops A and B to 0.88, N to 0.85 at 1.0). It moves the memory-bound predictor
