@@ -456,3 +456,59 @@ def _lookup(key: tuple, dtype: str, device: str | None, ask) -> Choice | None:
         got = None
     _state["cache"][key] = got
     return got
+
+
+# ----------------------------------------------------------------------------------------------
+# the live answers, recorded with an evaluation and replayed from it
+
+ASKED_MAX = 100_000  # an evaluation asks at most a few thousand; a longer list is not one
+
+
+def asked() -> list[dict]:
+    """Every answer Lt gave live in this process, as JSON rows ``{"key": [...], "device": ...,
+    "choice": {...} or None}`` (key: ``[m, n, k, dtype]`` for split 1, ``["batched", m, n, k_slice,
+    batch, dtype]`` for split-K's GEMM). Why: the split-K predictions on a GPU read these answers, so
+    a recorded evaluation that carries them replays to the predictions it reported, on a machine
+    without the GPU (before 2026-12-04 a replay fell back to the plain model for every shape whose
+    fp32 time takes Lt's kernel, and fitting on those rows fitted another model than the one that ran)."""
+    rows = []
+    for key, c in _state["cache"].items():
+        *k, device = key
+        rows.append({"key": list(k), "device": device, "choice": None if c is None else {
+            "algo_id": c.algo_id, "tile": "UNDEFINED" if c.tile_m == 0 else f"{c.tile_n}x{c.tile_m}",
+            "splitk": c.split, "reduction_name": c.reduction, "waves": c.waves, "custom_option": c.custom_option}})
+    return sorted(rows, key=lambda r: [str(x) for x in r["key"]])
+
+
+def oracle_from_asked(rows, where: str) -> dict:
+    """The oracle (:func:`set_oracle`'s mapping) of the rows :func:`asked` wrote, checked row by row:
+    HeuristicError naming ``where`` and the row if one is not such a row. A row whose choice is null
+    (Lt offered nothing) is left out: the oracle's None, as live."""
+    if not isinstance(rows, list) or len(rows) > ASKED_MAX:
+        raise HeuristicError(f"{where}: 'cublaslt' must be a list of at most {ASKED_MAX} recorded answers")
+    out = {}
+    for i, r in enumerate(rows):
+        try:
+            if not isinstance(r, dict) or not isinstance(r.get("key"), list):
+                raise ValueError("a row is an object with a 'key' list")
+            key = r["key"]
+            batched = key[:1] == ["batched"]
+            ints = key[1:5] if batched else key[:3]
+            if len(key) != (6 if batched else 4) or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1 << 31 for v in ints):
+                raise ValueError(f"key must be [m, n, k, dtype] or ['batched', m, n, k_slice, batch, dtype] "
+                                 f"of positive integers, not {key!r}")
+            if key[-1] not in ("float32", "float16"):
+                raise ValueError(f"dtype {key[-1]!r} is not float32 or float16")
+            device = r.get("device")
+            if device is not None and (not isinstance(device, str) or not device):
+                raise ValueError(f"device must be a GPU's name or null, not {device!r}")
+            if r.get("choice") is None:
+                continue
+            if not isinstance(r["choice"], dict):
+                raise ValueError("choice must be an object or null")
+            out[tuple(key)] = choice_from_result(r["choice"], f"{where} (recorded live)", device,
+                                                 untiled_ok=batched)
+        except (TypeError, ValueError) as exc:
+            raise HeuristicError(f"{where}: cublaslt row {i}: {exc}"[:300]) from None
+    return out

@@ -22,6 +22,7 @@ compares measurements of one run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time as _time
@@ -165,13 +166,10 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     autotune database on a GPU). ``budget_s``: stop starting problems after this much wall time
     (the result says how many were done). ``progress``: a file to print progress lines to."""
     from ..autotune import Autotuner
-    from .predictor import predict_model
-    from .baselines import BASELINES
-
     fam = family(kind)  # an unknown kind: HeuristicError
     backend = resolve_backend(backend)
     gen_kw = {} if max_bytes is None else {"max_bytes": max_bytes}
-    replayed, recorded_failures, not_recorded = None, [], 0
+    replayed, recorded_failures, not_recorded, lt_oracle = None, [], 0, None
     simulated = backend == "sim"
     if backend.startswith("replay:"):
         from . import replay
@@ -188,6 +186,11 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
                                  for r in recorded["failed_rows"]]
         seed = recorded["seed"] if isinstance(recorded.get("seed"), int) else seed
         simulated = recorded.get("simulated") is True
+        if "cublaslt" in recorded:  # the answers Lt gave live: the replay predicts as the GPU did
+            from . import cublaslt
+
+            where = f"recorded evaluation {backend[len(replay.PREFIX):]}"
+            lt_oracle = cublaslt.oracle_from_asked(recorded["cublaslt"], where)
     problems = list(problems) if problems is not None else fam.generate(count, seed, **gen_kw)
     if replayed is not None:
         device, software = recorded["device"], recorded["software"]
@@ -223,27 +226,14 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     tuner = Autotuner(device, software, protocol={"evaluation": "calib heuristics evaluate", "backend": backend,
                                                   "timer": timing},
                       url=db, persist=persist, policy="use")
-    rows, started = [], _time.perf_counter()
-    stopped_early = None
-    for i, d in enumerate(problems):
-        if budget_s is not None and _time.perf_counter() - started > budget_s:
-            stopped_early = f"time budget of {budget_s:g} s spent after {i} of {len(problems)} problems"
-            break
-        case = make_case(d)
-        try:
-            rows.append(_one(fam, kind, d, case, tuner, profile, timer, BASELINES[kind], predict_model))
-        except Exception as exc:  # noqa: BLE001 - one problem that cannot run costs only itself
-            if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
-                rows.append({"descriptor": _desc(d), "error": f"out of memory: {exc}"})
-            elif isinstance(exc, CalibError):
-                rows.append({"descriptor": _desc(d), "error": str(exc)})
-            else:
-                raise
-        finally:
-            case.free()
-        if progress is not None and (i + 1) % max(1, len(problems) // 10) == 0:
-            print(f"calib heuristics evaluate {kind}: {i + 1}/{len(problems)} problems, "
-                  f"{_time.perf_counter() - started:.1f} s", file=progress, flush=True)
+    started = _time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        if lt_oracle is not None:
+            from . import cublaslt
+
+            stack.enter_context(cublaslt.use_oracle(lt_oracle))
+        rows, stopped_early = _run_problems(fam, kind, problems, make_case, tuner, profile, timer, budget_s,
+                                            progress, started)
     if backend == "cupy":
         _cp_free()
     rows.extend(recorded_failures)
@@ -263,7 +253,43 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
             "failed": len(rows) - len(ok), "stopped_early": stopped_early, "not_recorded": not_recorded,
             "tuning_database": (tuner.db.url if tuner.db is not None else "memory (pass --db to record)"),
             "autotune_counters": tuner.counters.as_dict(), "wall_s": _time.perf_counter() - started,
-            "summary": summary, "prediction": pred, "rows": rows}
+            "summary": summary, "prediction": pred, "rows": rows, **_lt_answers(kind, backend)}
+
+
+def _lt_answers(kind: str, backend: str) -> dict:
+    """{"cublaslt": the answers cuBLASLt gave live} for a split-K evaluation on a GPU (the predictions
+    read them; a replay of the file reads them back), else nothing."""
+    if kind != "matmul_splitk" or backend != "cupy" or "calib.heuristics.cublaslt" not in sys.modules:
+        return {}
+    return {"cublaslt": sys.modules["calib.heuristics.cublaslt"].asked()}
+
+
+def _run_problems(fam, kind, problems, make_case, tuner, profile, timer, budget_s, progress, started):
+    """(rows, why it stopped early or None): each problem measured, chosen and predicted in turn."""
+    from .baselines import BASELINES
+    from .predictor import predict_model
+
+    rows, stopped_early = [], None
+    for i, d in enumerate(problems):
+        if budget_s is not None and _time.perf_counter() - started > budget_s:
+            stopped_early = f"time budget of {budget_s:g} s spent after {i} of {len(problems)} problems"
+            break
+        case = make_case(d)
+        try:
+            rows.append(_one(fam, kind, d, case, tuner, profile, timer, BASELINES[kind], predict_model))
+        except Exception as exc:  # noqa: BLE001 - one problem that cannot run costs only itself
+            if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+                rows.append({"descriptor": _desc(d), "error": f"out of memory: {exc}"})
+            elif isinstance(exc, CalibError):
+                rows.append({"descriptor": _desc(d), "error": str(exc)})
+            else:
+                raise
+        finally:
+            case.free()
+        if progress is not None and (i + 1) % max(1, len(problems) // 10) == 0:
+            print(f"calib heuristics evaluate {kind}: {i + 1}/{len(problems)} problems, "
+                  f"{_time.perf_counter() - started:.1f} s", file=progress, flush=True)
+    return rows, stopped_early
 
 
 def _finite(x: float) -> float | None:
