@@ -18,6 +18,7 @@
 #   verify         bench/verify_h200.sh (calib verify, idle and beside a competing load)
 #   heuristics     bench/heuristics_h200.sh (heuristics against exhaustive search)
 #   heuristics-seedN  the same on the problem set of seed N, into heuristics-seedN/
+#   splitk-seedN   split-K's evaluation alone, SK_COUNT (1000) problems of seed N, into splitk-seedN/
 #   verify-shipped calib verify --profile profiles/nvidia-h200.json (default thresholds)
 #   gpu-tests      the GPU tests again, as a step: after a fresh-machine suite (GPU_TESTS_TIMEOUT=1
 #                  skips them at the start, since they fill CuPy's kernel cache and the suite would
@@ -75,6 +76,11 @@ for s in "${@:-quick}"; do
     heuristics-seed*)  # another problem set (heuristics-seed1: problems the heuristics were not tuned on)
       seed=${s#heuristics-seed}
       step "$s" "${HEURISTICS_TIMEOUT:-360}" env OUT="$res/$s" SEED="$seed" bash bench/heuristics_h200.sh ;;
+    splitk-seed*)  # split-K alone, SK_COUNT problems of seed N (training data for its corrections: seeds >= 1000)
+      seed=${s#splitk-seed}; mkdir -p "$res/$s"
+      step "$s" "${SK_TIMEOUT:-200}" python3 -m calib heuristics evaluate --kind matmul_splitk --backend cupy \
+        --count "${SK_COUNT:-1000}" --seed "$seed" --max-bytes 1.0e9 --budget-s "${SK_BUDGET_S:-170}" \
+        --db "sqlite:////dev/shm/calib-splitk-$seed.sqlite" --out "$res/$s/heuristics-matmul_splitk" --progress ;;
     verify-shipped)  # calib verify as a user runs it, against the profile shipped for this GPU
       step verify-shipped 60 sh -c "python3 -m calib verify --profile profiles/nvidia-h200.json --budget-s 10 \
         > $res/verify-shipped.txt 2>&1; echo exit \$? >> $res/verify-shipped.txt" ;;
