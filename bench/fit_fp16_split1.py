@@ -1,11 +1,13 @@
-"""Fit the split-K model's fp16 split-1 correction and write it (calib/heuristics/splitk_fp16_split1.json).
+"""Fit split-K's fp16 split-1 correction from recorded split-1 times and write it
+(calib/heuristics/splitk_fp16_split1.json).
 
     python3 bench/fit_fp16_split1.py [--check]
 
-The tree (splitk.fit_fp16_split1_tree) is fitted on the fp16 split-1 times of every H200 recording in
-tests/h200_recordings.FOLDERS, each recording's plain model evaluated with the profile it read. The
-live seeds kept out of that table (26 onwards) are what judges it. ``--check``: exit 1 if the
-shipped file is not this fit (the test suite checks the same)."""
+splitk.fit_fp16_split1_trees (a bagged forest) over the fp16 split-1 times of every H200 recording in
+tests/h200_recordings.FOLDERS and of the training evaluations (h200_recordings.TRAINING), each plain
+model evaluated with the profile its evaluation read. The live seeds kept out of both (26 onwards)
+are what judges it. ``--check``: exit 1 if the shipped file is not this fit (the test suite checks
+the same)."""
 
 from __future__ import annotations
 
@@ -20,29 +22,39 @@ sys.path.insert(0, str(ROOT / "tests"))
 from calib.heuristics import splitk as SK  # noqa: E402
 from calib.heuristics.predictor import q_of  # noqa: E402
 from calib.profile import load_profile  # noqa: E402
-from h200_recordings import FOLDERS, R  # noqa: E402
+from h200_recordings import FOLDERS, TRAINING, R  # noqa: E402
+
+
+def _pairs(table) -> list[list[str]]:
+    rel = R.relative_to(ROOT)
+    return [[str(rel / folder / "heuristics-matmul_splitk.json"), str(rel / prof)]
+            for folder, _seed, prof in table.values()]
 
 
 def recordings() -> list[list[str]]:
-    rel = R.relative_to(ROOT)
-    return [[str(rel / folder / "heuristics-matmul_splitk.json"), str(rel / prof)]
-            for folder, _seed, prof in FOLDERS.values()]
+    """fp16's: every recording of FOLDERS, then the training evaluations."""
+    return _pairs(FOLDERS) + _pairs(TRAINING)
 
 
-def fitted(recs) -> dict:
-    loaded = [(json.loads((ROOT / ev).read_text())["rows"], q_of(load_profile(ROOT / prof, device=None, software=None)))
-              for ev, prof in recs]
-    return SK.fit_fp16_split1_tree(loaded)
+def loaded(recs) -> list[tuple]:
+    """(rows, q) of each [evaluation, profile] pair."""
+    return [(json.loads((ROOT / ev).read_text())["rows"], q_of(load_profile(ROOT / prof, device=None, software=None)))
+            for ev, prof in recs]
+
+
+def fitted(recs) -> list:
+    return SK.fit_fp16_split1_trees(loaded(recs))
 
 
 def document() -> dict:
     recs = recordings()
     return {"format": SK.FP16_SPLIT1_FORMAT, "version": SK.FP16_SPLIT1_VERSION, "device": "NVIDIA H200",
-            "source": f"fit_fp16_split1_tree (depth {SK.SPLIT1_TREE_DEPTH}, at least {SK.SPLIT1_MIN_LEAF} "
-                      f"problems a leaf) over the recorded fp16 split-1 times of the {len(recs)} H200 "
-                      "evaluations below (tests/h200_recordings.FOLDERS), log(recorded / plain model), "
-                      "each plain model with the profile its evaluation read; bench/fit_fp16_split1.py",
-            "features": list(SK.SPLIT1_FEATURES), "recordings": recs, "tree": fitted(recs)}
+            "source": f"fit_fp16_split1_trees ({SK.FP16_TREES} trees on bootstrap samples, depth {SK.FP16_TREE_DEPTH}, "
+                      f"at least {SK.FP16_MIN_LEAF} problems a leaf) over the recorded fp16 split-1 times, "
+                      f"log(recorded / plain model), of the {len(recs)} H200 evaluations below "
+                      "(tests/h200_recordings.FOLDERS and TRAINING), each plain model with the profile its "
+                      "evaluation read; bench/fit_fp16_split1.py",
+            "features": list(SK.SPLIT1_FEATURES), "recordings": recs, "bootstrap_seed": 0, "trees": fitted(recs)}
 
 
 def main(argv=None) -> int:
@@ -52,7 +64,10 @@ def main(argv=None) -> int:
         same = SK.load_fp16_split1() == json.loads(json.dumps(doc))
         print("the shipped fp16 split-1 correction is this fit" if same else "the shipped file differs from the fit")
         return 0 if same else 1
-    SK.FP16_SPLIT1_FILE.write_text(json.dumps(doc, indent=1) + "\n")
+    # one line per tree: 1 MB rather than 2 with every node indented
+    body = json.dumps({k: v for k, v in doc.items() if k != "trees"}, indent=1)[:-2]
+    trees = ",\n".join(json.dumps(t, separators=(",", ":")) for t in doc["trees"])
+    SK.FP16_SPLIT1_FILE.write_text(body + ',\n "trees": [\n' + trees + "\n ]\n}\n")
     print(f"wrote {SK.FP16_SPLIT1_FILE} from {len(doc['recordings'])} recordings")
     return 0
 

@@ -58,6 +58,12 @@ FOLDERS = {
     "24": ("2026-12-02-h200-heuristics-s7c2/seed24", 24, S5C2),
     "25": ("2026-12-02-h200-heuristics-s7c2/seed25", 25, S5C2),
 }
+# Split-K alone on 1000 problems each of seeds no evaluation uses (2026-12-04, session 12 call 2, the
+# shipped profile, frozen beside them; cuBLASLt's live answers in each file): what split-K's fp16
+# split-1 correction is fitted on besides FOLDERS. Not a recording of issue 14's evaluation.
+TRAIN = "2026-12-04-h200-splitk-training"
+TRAINING = {str(seed): (f"{TRAIN}/splitk-seed{seed}", seed, f"{TRAIN}/profile-shipped.json")
+            for seed in (1000, 1001, 1002)}
 FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
 

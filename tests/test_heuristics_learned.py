@@ -304,6 +304,7 @@ def test_on_the_hardware_l2_scale_a_sum_of_37_mb_is_predicted_from_l2(name):
 
 LIVE_BANDS = {seed: f"2026-12-03-h200-heuristics-s11{'' if seed < 35 else 'c2'}/heuristics-seed{seed}"
               for seed in range(32, 38)}  # the first H200 runs learning over the bands (2026-12-03)
+LIVE_BANDS.update({seed: f"2026-12-04-h200-heuristics-s12/heuristics-seed{seed}" for seed in range(38, 42)})
 
 
 @pytest.mark.parametrize("seed", sorted(LIVE_BANDS))

@@ -83,6 +83,9 @@ UNSEEN.update({str(seed): (f"{S10}c2/seed{seed}", SHIPPED) for seed in (29, 30, 
 S11 = "2026-12-03-h200-heuristics-s11"
 UNSEEN.update({str(seed): (f"{S11}/heuristics-seed{seed}", SHIPPED) for seed in (32, 33, 34)})
 UNSEEN.update({str(seed): (f"{S11}c2/heuristics-seed{seed}", SHIPPED) for seed in (35, 36, 37)})
+# session 12 call 1 (2026-12-04): the same models (commit f13985f), a new host
+S12 = "2026-12-04-h200-heuristics-s12"
+UNSEEN.update({str(seed): (f"{S12}/heuristics-seed{seed}", SHIPPED) for seed in (38, 39, 40, 41)})
 
 
 def _replay(kind, name="M"):

@@ -1,12 +1,13 @@
-"""Split-K's fp16 split-1 correction (splitk.FP16_SPLIT1_FILE): the tree of log(recorded / plain model)
-over the fp16 split-1 times of the H200 recordings, checked as a file, held out one seed at a time, and
-on the six live seeds nothing was fitted on (26-31).
+"""Split-K's fp16 split-1 correction (splitk.FP16_SPLIT1_FILE): a bagged forest of log(recorded / plain
+model) over the fp16 split-1 times of the H200 recordings and of three training evaluations, checked as
+a file, held out one training seed at a time, and on the live seeds nothing was fitted on (26-41).
 
-Measured (CPU replays of the H200 recordings of 2026-12-01..03, every cuBLASLt probe as oracle): left
-out one seed at a time, the memory-bound predictor median fell on 23 of the 29 recordings A-25 and met
-5% on 26 (B 5.10, S 5.59, U 5.38% did not; without the correction 11 missed it, up to 5.59%), no
-geomean or worst case moved and no fp16 problem was split. On seeds 26-31 with the shipped tree:
-5.40 -> 4.68, 6.04 -> 3.74, 5.39 -> 4.63, 6.15 -> 4.69, 5.88 -> 4.23, 6.85 -> 4.44%.
+Measured (CPU replays of the H200 recordings of 2026-12-01..04): the single tree of session 11, fitted
+on the 29 recordings A-25, took the memory-bound median of the live seeds 26-31 from 5.40-6.85% under
+5%; live with it, seeds 32-41 scored 3.50-5.73% (35, 36, 38, 39 above 5%). The forest, fitted also on
+split-K alone over seeds 1000-1002 (3000 problems, bench/results/2026-12-04-h200-splitk-training/),
+takes 32-41 to 2.42-5.72% with every other row as recorded (35: 5.53 -> 5.72%, its fp32 rows at
+10.5%; 38: 5.33 -> 5.28%; the other eight 2.42-4.16%) and 26-31 to 3.42-4.29%.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from calib.profile import load_profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import fit_fp16_split1  # noqa: E402
-from h200_recordings import FOLDERS, R, SEEDS, recordings  # noqa: E402
+from h200_recordings import FOLDERS, TRAINING, R, recordings  # noqa: E402
 from test_heuristics_live_h200 import SHIPPED, UNSEEN  # noqa: E402
 
 ROOT = R.parents[1]
@@ -61,18 +62,24 @@ def _loaded(recs):
 
 def test_the_correction_file_is_the_fit_of_the_recordings_it_names():
     doc = SK.load_fp16_split1()
-    assert doc["device"] == "NVIDIA H200"
-    assert doc["recordings"] == fit_fp16_split1.recordings()  # every recording of h200_recordings.FOLDERS
-    assert len(doc["recordings"]) == len(FOLDERS)
-    assert SK.fit_fp16_split1_tree(_loaded(doc["recordings"])) == doc["tree"]
+    assert doc["device"] == "NVIDIA H200" and doc["version"] == 2 and doc["bootstrap_seed"] == 0
+    assert doc["recordings"] == fit_fp16_split1.recordings()  # FOLDERS, then TRAINING
+    assert len(doc["recordings"]) == len(FOLDERS) + len(TRAINING)
+    assert len(doc["trees"]) == SK.FP16_TREES
+    assert SK.fit_fp16_split1_trees(_loaded(doc["recordings"])) == doc["trees"]
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    ({"format": SK.SPLIT1_FORMAT}, "format"), ({"version": 2}, "version"), ({"device": ""}, "device"),
+    ({"format": SK.SPLIT1_FORMAT}, "format"), ({"version": 3}, "version"), ({"device": ""}, "device"),
     ({"recordings": []}, "recordings"), ({"recordings": [["a.json"]]}, "recordings"),
-    ({"recordings": "a.json"}, "recordings"), ({"tree": {"log_ratio": 4.0}}, "log_ratio"),
-    ({"tree": {"feature": "log2_m", "threshold": "1", "le": {"log_ratio": 0}, "gt": {"log_ratio": 0}}},
-     "threshold"),
+    ({"recordings": "a.json"}, "recordings"), ({"trees": []}, "trees"), ({"trees": {"log_ratio": 0}}, "trees"),
+    ({"trees": [{"log_ratio": 4.0}]}, "log_ratio"),
+    ({"trees": [{"log_ratio": 0.1}, {"feature": "log2_m", "threshold": "1", "le": {"log_ratio": 0},
+                                     "gt": {"log_ratio": 0}}]}, "threshold"),
+    ({"trees": [{"feature": "log2_q", "threshold": 1, "le": {"log_ratio": 0}, "gt": {"log_ratio": 0}}]}, "feature"),
+    ({"trees": [{"log_ratio": 0}] * (SK.FP16_MAX_TREES + 1)}, "trees"),
+    ({"bootstrap_seed": "0"}, "bootstrap_seed"), ({"bootstrap_seed": True}, "bootstrap_seed"),
+    ({"version": 1}, "tree node"),  # version 1 holds one "tree": here there is none
 ])
 def test_the_correction_file_is_checked_field_by_field(tmp_path, edit, message):
     doc = dict(json.loads(SK.FP16_SPLIT1_FILE.read_text()), **edit)
@@ -80,6 +87,16 @@ def test_the_correction_file_is_checked_field_by_field(tmp_path, edit, message):
     p.write_text(json.dumps(doc))
     with pytest.raises(SK.HeuristicError, match=message):
         SK.load_fp16_split1(p)
+
+
+def test_a_version_1_file_reads_as_a_forest_of_its_one_tree(tmp_path):
+    """Session 11's file (one "tree", version 1) is read forward: the same corrections it gave."""
+    doc = {k: v for k, v in json.loads(SK.FP16_SPLIT1_FILE.read_text()).items() if k not in ("trees", "bootstrap_seed")}
+    tree = {"feature": "log2_k", "threshold": 12.0, "le": {"log_ratio": -0.05}, "gt": {"log_ratio": 0.08}}
+    p = tmp_path / "v1.json"
+    p.write_text(json.dumps(dict(doc, version=1, tree=tree)))
+    got = SK.load_fp16_split1(p)
+    assert got["version"] == 2 and got["trees"] == [tree] and got["bootstrap_seed"] is None
 
 
 def test_a_damaged_correction_file_is_named_in_the_error(tmp_path):
@@ -95,6 +112,9 @@ def test_the_correction_applies_on_its_gpu_only_and_both_ways():
     factors = [SK.fp16_split1_log_factor(q, r["descriptor"]["m"], r["descriptor"]["n"], r["descriptor"]["k"])
                for r in rows if r["descriptor"]["dtype"] == "float16"]
     assert min(factors) < -0.05 and max(factors) > 0.05  # it lowers and raises
+    doc, x = SK.load_fp16_split1(), SK._features(16, 128, 4096)
+    mean = sum(SK._tree_value(t, x) for t in doc["trees"]) / len(doc["trees"])  # the forest's mean
+    assert SK.fp16_split1_log_factor(q, 16, 128, 4096) == pytest.approx(mean, rel=1e-12)
     d = SK.SplitKDescriptor(16, 128, 4096, "float16")
     plain = SK.gemm_us(q, 16, 128, 4096, 2, 2, "tensor")
     factor = math.exp(SK.fp16_split1_log_factor(q, 16, 128, 4096))
@@ -120,30 +140,52 @@ def _evaluate(name, oracle):
                                                                                            software=None))
 
 
-def test_left_out_one_seed_at_a_time(oracle, monkeypatch):
-    """Refitted without each seed's recordings: no choice moves and no fp16 problem is split; the
-    memory-bound predictor median falls on at least 22 of the 29 recordings, meets 5% on at least 26,
-    and its mean falls by more than half a point."""
-    doc = SK.load_fp16_split1()
-    loaded = _loaded(doc["recordings"])
-    seeds = [SEEDS[n] for n in FOLDERS]
-    got = {}
-    for i, name in enumerate(FOLDERS):
-        held_out = dict(doc, tree=SK.fit_fp16_split1_tree([x for x, s in zip(loaded, seeds) if s != seeds[i]]))
-        for arm, d in (("without", None), ("held_out", held_out)):
+def test_no_choice_moves_and_no_fp16_problem_is_split(oracle, monkeypatch):
+    """On every recording of FOLDERS, with and without the forest: the same choices (fp16 never wins a
+    split, so no fp16 prediction can move one) and no fp16 problem split."""
+    for name in FOLDERS:
+        got = {}
+        for arm, d in (("without", None), ("with", SK.load_fp16_split1())):
             monkeypatch.setitem(SK._fp16_split1, "doc", d)
             res = _evaluate(name, oracle)
-            h = res["summary"]["heuristic"]
-            half = [r for r in res["rows"] if r["descriptor"]["dtype"] == "float16"]
-            assert all(r["heuristic"] == {"split": 1} for r in half), name
-            got[name, arm] = (h["geomean_efficiency"], h["worst_efficiency"],
-                              res["prediction"]["memory_bound"]["median_abs_rel_error"])
-    assert all(got[n, "held_out"][:2] == got[n, "without"][:2] for n in FOLDERS), got
-    fell = [n for n in FOLDERS if got[n, "held_out"][2] < got[n, "without"][2]]
-    met = [n for n in FOLDERS if got[n, "held_out"][2] <= 0.05]
-    assert len(fell) >= 22 and len(met) >= 26, got
-    mean = {arm: statistics.fmean(got[n, arm][2] for n in FOLDERS) for arm in ("without", "held_out")}
-    assert mean["held_out"] < mean["without"] - 0.005, mean
+            assert all(r["heuristic"] == {"split": 1} for r in res["rows"] if r["descriptor"]["dtype"] == "float16")
+            got[arm] = [r["heuristic"] for r in res["rows"]]
+        assert got["with"] == got["without"], name
+
+
+def _fp16_memory_bound_median(rows, doc, monkeypatch, q) -> float:
+    monkeypatch.setitem(SK._fp16_split1, "doc", doc)
+    errs = []
+    for r in rows:
+        d = SK.descriptor(r["descriptor"])
+        if d.dtype == "float16" and d.memory_bound:
+            errs.append(abs(math.log(r["times_us"]["split=1"] / SK.model_us(d, {"split": 1}, q))))
+    return statistics.median(errs)
+
+
+def test_left_out_one_training_seed_at_a_time(monkeypatch):
+    """The protocol that chose the forest's size: fitted on the 29 recordings and two training seeds,
+    judged on the third's memory-bound fp16 problems (about 370 each). The forest misses them by a
+    median below 3.3% on each (2.92, 2.95, 3.00% measured), below the single tree of session 11
+    (fitted on the 29 recordings: 3.79, 3.64, 4.04%) on each."""
+    doc = SK.load_fp16_split1()
+    folders = _loaded(doc["recordings"][:len(FOLDERS)])
+    training = dict(zip(TRAINING, _loaded(doc["recordings"][len(FOLDERS):])))
+    old = dict(doc, trees=[SK._fit_tree(*_examples(folders), 6, 10)])  # session 11's tree, refitted
+    for name, (rows, q) in training.items():
+        held_out = dict(doc, trees=SK.fit_fp16_split1_trees(folders + [v for n, v in training.items() if n != name]))
+        forest = _fp16_memory_bound_median(rows, held_out, monkeypatch, q)
+        single = _fp16_memory_bound_median(rows, old, monkeypatch, q)
+        assert forest < 0.033 and forest < single - 0.005, (name, forest, single)
+
+
+def _examples(loaded):
+    xs, ys = [], []
+    for rows, q in loaded:
+        x, y = SK.fp16_split1_examples(rows, q)
+        xs += x
+        ys += y
+    return xs, ys
 
 
 @pytest.mark.parametrize("seed", ["26", "27", "28", "29", "30", "31"])
@@ -166,3 +208,33 @@ def test_the_live_seeds_memory_bound_median_meets_5_percent_with_it(seed):
         now.append(abs(predicted / r["heuristic_us"] - 1))
     assert len(now) >= 40
     assert statistics.median(live) > 0.05 >= statistics.median(now), (statistics.median(live), statistics.median(now))
+
+
+def test_the_live_seeds_that_ran_with_the_single_tree_gain_on_their_fp16_rows(monkeypatch):
+    """Seeds 32-41 ran live with session 11's tree. With the forest (every other row as recorded) the
+    memory-bound fp16 rows' median falls on 9 of the 10 (37: 3.23 -> 3.41%) and is at most 4.6% on
+    each (live 3.21-6.13%, now 2.20-4.59%), and the memory-bound median of all rows meets 5% on all but
+    35 and 38, whose fp32 rows it does not touch (their median 10.9 and 6.5%)."""
+    monkeypatch.setitem(SK._fp16_split1, "doc", SK.load_fp16_split1())
+    fell, over = [], []
+    for seed in [str(s) for s in range(32, 42)]:
+        folder, prof = UNSEEN[seed]
+        q = q_of(load_profile(prof, device=None, software=None))
+        rows = json.loads((R / folder / "heuristics-matmul_splitk.json").read_text())["rows"]
+        now, live16, now16 = [], [], []
+        for r in rows:
+            if not r["memory_bound"] or not r.get("predicted_us"):
+                continue
+            d = SK.descriptor(r["descriptor"])
+            predicted = r["predicted_us"]
+            if d.dtype == "float16":
+                live16.append(abs(predicted / r["heuristic_us"] - 1))
+                predicted = SK.model_us(d, {"split": 1}, q)
+                now16.append(abs(predicted / r["heuristic_us"] - 1))
+            now.append(abs(predicted / r["heuristic_us"] - 1))
+        assert statistics.median(now16) <= 0.046, (seed, statistics.median(now16))
+        if statistics.median(now16) < statistics.median(live16):
+            fell.append(seed)
+        if statistics.median(now) > 0.05:
+            over.append(seed)
+    assert len(fell) >= 9 and over == ["35", "38"], (fell, over)
