@@ -1,13 +1,14 @@
-"""Fit split-K's fp16 split-1 correction from recorded split-1 times and write it
-(calib/heuristics/splitk_fp16_split1.json).
+"""Fit split-K's corrections from recorded split-1 times and write them: fp16's forest
+(calib/heuristics/splitk_fp16_split1.json) and fp32's (calib/heuristics/splitk_fp32_split1_recorded.json).
 
     python3 bench/fit_fp16_split1.py [--check]
 
 splitk.fit_fp16_split1_trees (a bagged forest) over the fp16 split-1 times of every H200 recording in
 tests/h200_recordings.FOLDERS and of the training evaluations (h200_recordings.TRAINING), each plain
 model evaluated with the profile its evaluation read. The live seeds kept out of both (26 onwards)
-are what judges it. ``--check``: exit 1 if the shipped file is not this fit (the test suite checks
-the same)."""
+are what judges it. fp32's: splitk.fit_fp32_recorded_trees over the training evaluations alone, which
+carry the answers cuBLASLt gave live (the fp32 model reads them; the older recordings lack them).
+``--check``: exit 1 if a shipped file is not this fit (the test suite checks the same)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from calib.heuristics import cublaslt as CL  # noqa: E402
 from calib.heuristics import splitk as SK  # noqa: E402
 from calib.heuristics.predictor import q_of  # noqa: E402
 from calib.profile import load_profile  # noqa: E402
@@ -46,6 +48,21 @@ def fitted(recs) -> list:
     return SK.fit_fp16_split1_trees(loaded(recs))
 
 
+def fp32_recordings() -> list[list[str]]:
+    """fp32's: the training evaluations, the ones with cuBLASLt's answers."""
+    return _pairs(TRAINING)
+
+
+def loaded_with_answers(recs) -> list[tuple]:
+    """(rows, q, the evaluation's cuBLASLt answers as an oracle) of each [evaluation, profile] pair."""
+    out = []
+    for ev, prof in recs:
+        doc = json.loads((ROOT / ev).read_text())
+        out.append((doc["rows"], q_of(load_profile(ROOT / prof, device=None, software=None)),
+                    CL.oracle_from_asked(doc["cublaslt"], ev)))
+    return out
+
+
 def document() -> dict:
     recs = recordings()
     return {"format": SK.FP16_SPLIT1_FORMAT, "version": SK.FP16_SPLIT1_VERSION, "device": "NVIDIA H200",
@@ -57,18 +74,36 @@ def document() -> dict:
             "features": list(SK.SPLIT1_FEATURES), "recordings": recs, "bootstrap_seed": 0, "trees": fitted(recs)}
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    doc = document()
-    if "--check" in argv:
-        same = SK.load_fp16_split1() == json.loads(json.dumps(doc))
-        print("the shipped fp16 split-1 correction is this fit" if same else "the shipped file differs from the fit")
-        return 0 if same else 1
-    # one line per tree: 1 MB rather than 2 with every node indented
+def fp32_document() -> dict:
+    recs = fp32_recordings()
+    return {"format": SK.FP32_RECORDED_FORMAT, "version": SK.FP32_RECORDED_VERSION, "device": "NVIDIA H200",
+            "source": f"fit_fp32_recorded_trees ({SK.FP16_TREES} trees on bootstrap samples, depth "
+                      f"{SK.FP16_TREE_DEPTH}, at least {SK.FP16_MIN_LEAF} problems a leaf) over the recorded "
+                      "fp32 split-1 times, "
+                      f"log(recorded / the fp32 split-1 model with the evaluation's own cuBLASLt answers), of the "
+                      f"{len(recs)} H200 evaluations below (tests/h200_recordings.TRAINING); bench/fit_fp16_split1.py",
+            "features": list(SK.SPLIT1_FEATURES), "recordings": recs, "bootstrap_seed": 0,
+            "trees": SK.fit_fp32_recorded_trees(loaded_with_answers(recs))}
+
+
+def _write(path: Path, doc: dict) -> None:
+    """One line per tree: 1 MB rather than 2 with every node indented."""
     body = json.dumps({k: v for k, v in doc.items() if k != "trees"}, indent=1)[:-2]
     trees = ",\n".join(json.dumps(t, separators=(",", ":")) for t in doc["trees"])
-    SK.FP16_SPLIT1_FILE.write_text(body + ',\n "trees": [\n' + trees + "\n ]\n}\n")
-    print(f"wrote {SK.FP16_SPLIT1_FILE} from {len(doc['recordings'])} recordings")
+    path.write_text(body + ',\n "trees": [\n' + trees + "\n ]\n}\n")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    docs = ((SK.FP16_SPLIT1_FILE, SK.load_fp16_split1, document()),
+            (SK.FP32_RECORDED_FILE, SK.load_fp32_recorded, fp32_document()))
+    if "--check" in argv:
+        bad = [str(path) for path, load, doc in docs if not path.exists() or load(path) != json.loads(json.dumps(doc))]
+        print("the shipped corrections are this fit" if not bad else f"not this fit: {', '.join(bad)}")
+        return 0 if not bad else 1
+    for path, _load, doc in docs:
+        _write(path, doc)
+        print(f"wrote {path} from {len(doc['recordings'])} recordings")
     return 0
 
 

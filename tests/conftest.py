@@ -65,6 +65,20 @@ def without_fp16_split1_correction(monkeypatch):
 
 
 @pytest.fixture
+def before_the_fp32_forest(monkeypatch):
+    """split-K as it was before its fp32 split-1 forest (2026-12-04): no forest, the margins of then
+    (0.84, and 0.88 for 16-row outputs timed from cuBLAS's kernel). The tests that pin what each of
+    split-K's earlier mechanisms did on the recordings (the cuBLASLt choice, the batched kernels, the
+    serial chain, the margins' own folds) replay as those numbers were measured; the forest and the
+    margins chosen with it are judged in tests/test_heuristics_splitk_fp32_recorded.py."""
+    from calib.heuristics import splitk
+
+    monkeypatch.setitem(splitk._fp32_recorded, "doc", None)
+    monkeypatch.setattr(splitk, "SPLIT_MARGIN", 0.84)
+    monkeypatch.setattr(splitk, "SPLIT_MARGIN_FROM_CHOICE", 0.88)
+
+
+@pytest.fixture
 def fixture_path():
     return lambda name: FIXTURES / name
 

@@ -77,7 +77,7 @@ def test_the_correction_file_is_the_fit_of_the_recordings_it_names():
     ({"trees": [{"log_ratio": 0.1}, {"feature": "log2_m", "threshold": "1", "le": {"log_ratio": 0},
                                      "gt": {"log_ratio": 0}}]}, "threshold"),
     ({"trees": [{"feature": "log2_q", "threshold": 1, "le": {"log_ratio": 0}, "gt": {"log_ratio": 0}}]}, "feature"),
-    ({"trees": [{"log_ratio": 0}] * (SK.FP16_MAX_TREES + 1)}, "trees"),
+    ({"trees": [{"log_ratio": 0}] * (SK.FOREST_MAX_TREES + 1)}, "trees"),
     ({"bootstrap_seed": "0"}, "bootstrap_seed"), ({"bootstrap_seed": True}, "bootstrap_seed"),
     ({"version": 1}, "tree node"),  # version 1 holds one "tree": here there is none
 ])

@@ -157,7 +157,7 @@ def test_split1_correction_only_lowers_and_only_on_its_gpu():
     assert SK.split1_log_factor(q, 16, 1264, 9216) == 0.0
 
 
-def test_split1_correction_left_out_one_seed_at_a_time(monkeypatch):
+def test_split1_correction_left_out_one_seed_at_a_time(monkeypatch, before_the_fp32_forest):
     """Fitted without a seed's shapes, the correction changes no choice's efficiency (every
     recording's choices as good as the plain model's) and lowers the fp32 split-1 median |error| on
     at least 10 of the 12 recordings (it did on 10: H and L rose)."""
@@ -197,7 +197,7 @@ def _fastest_predicted(d, profile):
     return P.rank(SK.model_us, d, SK.space(d), profile)[0][1]
 
 
-def test_the_split_margin_only_turns_choices_to_split_1_and_only_where_split_1_was_faster():
+def test_the_split_margin_only_turns_choices_to_split_1_and_only_where_split_1_was_faster(before_the_fp32_forest):
     """On all thirteen recordings, every choice the margin changes (against the fastest prediction)
     becomes split 1 and runs at least as fast; C and D's 48-row outputs, where a split won by 9-24%,
     are still split, and I's 48x496x22016 (split 32, 0.725 of the best) is not."""
@@ -237,7 +237,7 @@ def _efficiencies(predicted, margin):
             for t_best, name, t1, r in predicted]
 
 
-def test_the_split_margin_left_out_one_seed_at_a_time(monkeypatch):
+def test_the_split_margin_left_out_one_seed_at_a_time(monkeypatch, before_the_fp32_forest):
     """Leave one seed out over seeds 0-12 (A-P), the margin chosen per fold: with the split-1
     correction fitted without the held-out seed's shapes (as when that seed is unseen), the margin is
     the one that keeps the other seeds' recordings' mean worst case highest (the middle of the tie;

@@ -58,7 +58,7 @@ def _q(name):
 
 
 @pytest.fixture(autouse=True)
-def fresh_state(fresh_cublaslt_state, without_fp16_split1_correction):
+def fresh_state(fresh_cublaslt_state, without_fp16_split1_correction, before_the_fp32_forest):
     """Every test here starts with cuBLASLt's state empty (conftest.fresh_cublaslt_state), and without
     the fp16 split-1 correction: these pin the fp32 choice's effects as they were measured."""
 

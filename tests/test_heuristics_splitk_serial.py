@@ -49,8 +49,9 @@ def q():
 
 
 @pytest.fixture(autouse=True)
-def fresh_state(fresh_cublaslt_state):
-    """Every test here starts with cuBLASLt's state empty (conftest.fresh_cublaslt_state)."""
+def fresh_state(fresh_cublaslt_state, before_the_fp32_forest):
+    """Every test here starts with cuBLASLt's state empty (conftest.fresh_cublaslt_state), split-K as
+    before its fp32 forest (conftest.before_the_fp32_forest)."""
 
 
 def _traced_us(key):
