@@ -64,6 +64,12 @@ FOLDERS = {
 TRAIN = "2026-12-04-h200-splitk-training"
 TRAINING = {str(seed): (f"{TRAIN}/splitk-seed{seed}", seed, f"{TRAIN}/profile-shipped.json")
             for seed in (1000, 1001, 1002)}
+# Seeds 42-54, live with the forests of those three (session 12 call 3, 2026-12-04; 42-44 every kind,
+# 45-54 split-K alone), unseen when they ran; since then fitted on by both forests. Their live results
+# are in bench/results/2026-12-04-h200-heuristics-s12c3/README.md.
+S12C3 = "2026-12-04-h200-heuristics-s12c3"
+TRAINING.update({str(seed): (f"{S12C3}/{'heuristics' if seed < 45 else 'splitk'}-seed{seed}", seed,
+                             f"{S12C3}/profile-shipped.json") for seed in range(42, 55)})
 FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
 

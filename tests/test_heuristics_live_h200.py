@@ -86,6 +86,9 @@ UNSEEN.update({str(seed): (f"{S11}c2/heuristics-seed{seed}", SHIPPED) for seed i
 # session 12 call 1 (2026-12-04): the same models (commit f13985f), a new host
 S12 = "2026-12-04-h200-heuristics-s12"
 UNSEEN.update({str(seed): (f"{S12}/heuristics-seed{seed}", SHIPPED) for seed in (38, 39, 40, 41)})
+# session 12 call 3: split-K's forests and margins (18a5259); their split-K rows since fitted on
+# (h200_recordings.TRAINING), their pointwise and normalization rows not
+UNSEEN.update({str(seed): (f"{S12}c3/heuristics-seed{seed}", SHIPPED) for seed in (42, 43, 44)})
 
 
 def _replay(kind, name="M"):

@@ -5,9 +5,9 @@ a file, held out one training seed at a time, and on the live seeds nothing was 
 Measured (CPU replays of the H200 recordings of 2026-12-01..04): the single tree of session 11, fitted
 on the 29 recordings A-25, took the memory-bound median of the live seeds 26-31 from 5.40-6.85% under
 5%; live with it, seeds 32-41 scored 3.50-5.73% (35, 36, 38, 39 above 5%). The forest, fitted also on
-split-K alone over seeds 1000-1002 (3000 problems, bench/results/2026-12-04-h200-splitk-training/),
-takes 32-41 to 2.42-5.72% with every other row as recorded (35: 5.53 -> 5.72%, its fp32 rows at
-10.5%; 38: 5.33 -> 5.28%; the other eight 2.42-4.16%) and 26-31 to 3.42-4.29%.
+split-K alone over seeds 1000-1002 (3000 problems, bench/results/2026-12-04-h200-splitk-training/)
+and on seeds 42-54 (live with the first forests, then added), takes the fp16 rows of 32-41 from
+3.21-6.13% to 2.03-4.24% with every other row as recorded.
 """
 
 from __future__ import annotations
@@ -163,16 +163,21 @@ def _fp16_memory_bound_median(rows, doc, monkeypatch, q) -> float:
     return statistics.median(errs)
 
 
+FOLD_SEEDS = ("1000", "1001", "1002")  # the 1000-problem training evaluations
+
+
 def test_left_out_one_training_seed_at_a_time(monkeypatch):
     """The protocol that chose the forest's size: fitted on the 29 recordings and two training seeds,
-    judged on the third's memory-bound fp16 problems (about 370 each). The forest misses them by a
-    median below 3.3% on each (2.92, 2.95, 3.00% measured), below the single tree of session 11
-    (fitted on the 29 recordings: 3.79, 3.64, 4.04%) on each."""
+    judged on the third's memory-bound fp16 problems (about 370 each), with the rest of TRAINING (seeds
+    42-54) in the fit too. The forest misses them by a median below 3.3% on each (first measured
+    without seeds 42-54: 2.92, 2.95, 3.00%), below the single tree of session 11 (fitted on the 29
+    recordings: 3.79, 3.64, 4.04%) on each."""
     doc = SK.load_fp16_split1()
     folders = _loaded(doc["recordings"][:len(FOLDERS)])
     training = dict(zip(TRAINING, _loaded(doc["recordings"][len(FOLDERS):])))
     old = dict(doc, trees=[SK._fit_tree(*_examples(folders), 6, 10)])  # session 11's tree, refitted
-    for name, (rows, q) in training.items():
+    for name in FOLD_SEEDS:
+        rows, q = training[name]
         held_out = dict(doc, trees=SK.fit_fp16_split1_trees(folders + [v for n, v in training.items() if n != name]))
         forest = _fp16_memory_bound_median(rows, held_out, monkeypatch, q)
         single = _fp16_memory_bound_median(rows, old, monkeypatch, q)
@@ -212,9 +217,9 @@ def test_the_live_seeds_memory_bound_median_meets_5_percent_with_it(seed):
 
 def test_the_live_seeds_that_ran_with_the_single_tree_gain_on_their_fp16_rows(monkeypatch):
     """Seeds 32-41 ran live with session 11's tree. With the forest (every other row as recorded) the
-    memory-bound fp16 rows' median falls on 9 of the 10 (37: 3.23 -> 3.41%) and is at most 4.6% on
-    each (live 3.21-6.13%, now 2.20-4.59%), and the memory-bound median of all rows meets 5% on all but
-    35 and 38, whose fp32 rows it does not touch (their median 10.9 and 6.5%)."""
+    memory-bound fp16 rows' median falls on each (live 3.21-6.13%, now 2.03-4.24%), and the memory-bound
+    median of all rows meets 5% on all but 35, whose fp32 rows this does not touch (their median 10.9%;
+    the fp32 forest, tests/test_heuristics_splitk_fp32_recorded.py, takes 35 to 3.2%)."""
     monkeypatch.setitem(SK._fp16_split1, "doc", SK.load_fp16_split1())
     fell, over = [], []
     for seed in [str(s) for s in range(32, 42)]:
@@ -232,9 +237,9 @@ def test_the_live_seeds_that_ran_with_the_single_tree_gain_on_their_fp16_rows(mo
                 predicted = SK.model_us(d, {"split": 1}, q)
                 now16.append(abs(predicted / r["heuristic_us"] - 1))
             now.append(abs(predicted / r["heuristic_us"] - 1))
-        assert statistics.median(now16) <= 0.046, (seed, statistics.median(now16))
+        assert statistics.median(now16) <= 0.043, (seed, statistics.median(now16))
         if statistics.median(now16) < statistics.median(live16):
             fell.append(seed)
         if statistics.median(now) > 0.05:
             over.append(seed)
-    assert len(fell) >= 9 and over == ["35", "38"], (fell, over)
+    assert len(fell) == 10 and over == ["35"], (fell, over)
