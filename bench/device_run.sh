@@ -4,7 +4,8 @@
 #   device tool: carry [".whl"], command: bash bench/device_run.sh [STEP ...]
 # .whl: bash ../shared/device/wheels.sh sqlalchemy alembic filelock platformdirs nvidia-ml-py pytest-timeout;
 # the tree and the wheels travel within 64 MiB: jedi, parso and debugpy (optional to IPython/ipykernel) can go.
-# Since 2026-12-03 the tree is 58 MB and all wheels 11 MB: a call without notebooks (heuristics-seedN,
+# Since 2026-12-04 the tree is 53 MB and all wheels 11 MB (64.4 MB of the 67.1): it fits, barely; a call
+# without notebooks (heuristics-seedN, splitk-seedN,
 # gpu-tests, verify-shipped) carries only what calib itself needs (NOTEBOOK_WHEELS moved out of .whl).
 # NOTEBOOK_WHEELS: papermill ipykernel ipython jupyter_client jupyter_core nbclient nbformat pyzmq tornado
 #   traitlets prompt_toolkit wcwidth jsonschema jsonschema_specifications referencing rpds_py fastjsonschema

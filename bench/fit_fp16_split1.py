@@ -23,14 +23,25 @@ sys.path.insert(0, str(ROOT / "tests"))
 from calib.heuristics import cublaslt as CL  # noqa: E402
 from calib.heuristics import splitk as SK  # noqa: E402
 from calib.heuristics.predictor import q_of  # noqa: E402
+from calib.heuristics.registry import read_text  # noqa: E402
 from calib.profile import load_profile  # noqa: E402
 from h200_recordings import FOLDERS, TRAINING, R  # noqa: E402
 
 
 def _pairs(table) -> list[list[str]]:
+    """[evaluation, profile] of each recording, from the repository's root; an evaluation stored
+    gzip-compressed (the 1000-problem ones: heuristics-matmul_splitk.json.gz) by that name."""
     rel = R.relative_to(ROOT)
-    return [[str(rel / folder / "heuristics-matmul_splitk.json"), str(rel / prof)]
-            for folder, _seed, prof in table.values()]
+    out = []
+    for folder, _seed, prof in table.values():
+        ev = rel / folder / "heuristics-matmul_splitk.json"
+        out.append([str(ev) + (".gz" if (ROOT / f"{ev}.gz").exists() else ""), str(rel / prof)])
+    return out
+
+
+def read_evaluation(ev) -> dict:
+    """The recorded evaluation at ``ev`` (from the repository's root), plain or .gz."""
+    return json.loads(read_text(ROOT / ev, "recorded evaluation", SK.HeuristicError))
 
 
 def recordings() -> list[list[str]]:
@@ -40,7 +51,7 @@ def recordings() -> list[list[str]]:
 
 def loaded(recs) -> list[tuple]:
     """(rows, q) of each [evaluation, profile] pair."""
-    return [(json.loads((ROOT / ev).read_text())["rows"], q_of(load_profile(ROOT / prof, device=None, software=None)))
+    return [(read_evaluation(ev)["rows"], q_of(load_profile(ROOT / prof, device=None, software=None)))
             for ev, prof in recs]
 
 
@@ -57,7 +68,7 @@ def loaded_with_answers(recs) -> list[tuple]:
     """(rows, q, the evaluation's cuBLASLt answers as an oracle) of each [evaluation, profile] pair."""
     out = []
     for ev, prof in recs:
-        doc = json.loads((ROOT / ev).read_text())
+        doc = read_evaluation(ev)
         out.append((doc["rows"], q_of(load_profile(ROOT / prof, device=None, software=None)),
                     CL.oracle_from_asked(doc["cublaslt"], ev)))
     return out

@@ -56,8 +56,7 @@ def oracle():
 
 
 def _loaded(recs):
-    return [(json.loads((ROOT / ev).read_text())["rows"], q_of(load_profile(ROOT / prof, device=None, software=None)))
-            for ev, prof in recs]
+    return fit_fp16_split1.loaded(recs)
 
 
 def test_the_correction_file_is_the_fit_of_the_recordings_it_names():
