@@ -430,15 +430,21 @@ def _forest_value(doc: dict, m: int, n: int, k: int) -> float:
     return sum(_tree_value(t, x) for t in doc["trees"]) / len(doc["trees"])
 
 
-def fp16_split1_log_factor(q, m: int, n: int, k: int) -> float:
-    """log of the factor the fp16 split-1 prediction takes on the GPU the recordings are of (the
-    forest's mean); 0 on any other (and on the simulated device, whose truth is the plain model)."""
-    if "doc" not in _fp16_split1:
-        _fp16_split1["doc"] = load_fp16_split1() if FP16_SPLIT1_FILE.exists() else None
-    doc = _fp16_split1["doc"]
+def _forest_log_factor(cache: dict, path: Path, load, q, m: int, n: int, k: int) -> float:
+    """The forest at ``path`` (read once with ``load``, kept in ``cache["doc"]``) at (m, n, k) on
+    the GPU its recordings are of; 0 on any other, and where the file is absent."""
+    if "doc" not in cache:
+        cache["doc"] = load() if path.exists() else None
+    doc = cache["doc"]
     if doc is None or not P.measured_on(q, doc["device"]):
         return 0.0
     return _forest_value(doc, m, n, k)
+
+
+def fp16_split1_log_factor(q, m: int, n: int, k: int) -> float:
+    """log of the factor the fp16 split-1 prediction takes on the GPU the recordings are of (the
+    forest's mean); 0 on any other (and on the simulated device, whose truth is the plain model)."""
+    return _forest_log_factor(_fp16_split1, FP16_SPLIT1_FILE, load_fp16_split1, q, m, n, k)
 
 
 def fp16_split1_examples(rows, q) -> tuple[list, list]:
@@ -507,12 +513,7 @@ def load_fp32_recorded(path=FP32_RECORDED_FILE) -> dict:
 def fp32_recorded_log_factor(q, m: int, n: int, k: int) -> float:
     """log of the factor the whole fp32 split-1 prediction takes on the GPU the recordings are of; 0
     on any other (and on the simulated device)."""
-    if "doc" not in _fp32_recorded:
-        _fp32_recorded["doc"] = load_fp32_recorded() if FP32_RECORDED_FILE.exists() else None
-    doc = _fp32_recorded["doc"]
-    if doc is None or not P.measured_on(q, doc["device"]):
-        return 0.0
-    return _forest_value(doc, m, n, k)
+    return _forest_log_factor(_fp32_recorded, FP32_RECORDED_FILE, load_fp32_recorded, q, m, n, k)
 
 
 def fp32_recorded_examples(rows, q, oracle) -> tuple[list, list]:
