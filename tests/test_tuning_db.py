@@ -291,8 +291,11 @@ def test_killed_worker_job_is_reclaimed_and_a_raising_job_fails_with_its_error(d
     store = Store(db_url)
     sid = _session(store, spec)
     [slow_job] = store.enqueue(sid, _configs(1))
-    victim = subprocess.Popen(_worker_cmd(db_url, "--heartbeat-s", "0.5", spec=spec), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    # --batch 1: the job is begun as it is claimed. In a batch it is begun a moment after the claim, and
+    # a worker killed in between is charged no retry (calib.store.dead), so "running" alone did not say
+    # which of the two this test would see (CI, PostgreSQL, 2026-12-04: retries 0).
+    victim = subprocess.Popen(_worker_cmd(db_url, "--heartbeat-s", "0.5", "--batch", "1", spec=spec),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while store.jobs_frame(sid)["state"].tolist() != ["running"] and time.time() < deadline:
         time.sleep(0.1)
