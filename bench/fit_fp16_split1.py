@@ -77,8 +77,8 @@ def loaded_with_answers(recs) -> list[tuple]:
 def document() -> dict:
     recs = recordings()
     return {"format": SK.FP16_SPLIT1_FORMAT, "version": SK.FP16_SPLIT1_VERSION, "device": "NVIDIA H200",
-            "source": f"fit_fp16_split1_trees ({SK.FP16_TREES} trees on bootstrap samples, depth {SK.FP16_TREE_DEPTH}, "
-                      f"at least {SK.FP16_MIN_LEAF} problems a leaf) over the recorded fp16 split-1 times, "
+            "source": f"fit_fp16_split1_trees ({SK.FOREST_TREES} trees on bootstrap samples, depth {SK.FOREST_DEPTH}, "
+                      f"at least {SK.FOREST_MIN_LEAF} problems a leaf) over the recorded fp16 split-1 times, "
                       f"log(recorded / plain model), of the {len(recs)} H200 evaluations below "
                       "(tests/h200_recordings.FOLDERS and TRAINING), each plain model with the profile its "
                       "evaluation read; bench/fit_fp16_split1.py",
@@ -88,8 +88,8 @@ def document() -> dict:
 def fp32_document() -> dict:
     recs = fp32_recordings()
     return {"format": SK.FP32_RECORDED_FORMAT, "version": SK.FP32_RECORDED_VERSION, "device": "NVIDIA H200",
-            "source": f"fit_fp32_recorded_trees ({SK.FP16_TREES} trees on bootstrap samples, depth "
-                      f"{SK.FP16_TREE_DEPTH}, at least {SK.FP16_MIN_LEAF} problems a leaf) over the recorded "
+            "source": f"fit_fp32_recorded_trees ({SK.FOREST_TREES} trees on bootstrap samples, depth "
+                      f"{SK.FOREST_DEPTH}, at least {SK.FOREST_MIN_LEAF} problems a leaf) over the recorded "
                       "fp32 split-1 times, "
                       f"log(recorded / the fp32 split-1 model with the evaluation's own cuBLASLt answers), of the "
                       f"{len(recs)} H200 evaluations below (tests/h200_recordings.TRAINING); bench/fit_fp16_split1.py",

@@ -64,7 +64,7 @@ def test_the_correction_file_is_the_fit_of_the_recordings_it_names():
     assert doc["device"] == "NVIDIA H200" and doc["version"] == 2 and doc["bootstrap_seed"] == 0
     assert doc["recordings"] == fit_fp16_split1.recordings()  # FOLDERS, then TRAINING
     assert len(doc["recordings"]) == len(FOLDERS) + len(TRAINING)
-    assert len(doc["trees"]) == SK.FP16_TREES
+    assert len(doc["trees"]) == SK.FOREST_TREES
     assert SK.fit_fp16_split1_trees(_loaded(doc["recordings"])) == doc["trees"]
 
 

@@ -47,7 +47,7 @@ def fresh_state(fresh_cublaslt_state):
 
 def test_the_forest_file_is_the_fit_of_the_training_evaluations():
     doc = SK.load_fp32_recorded()
-    assert doc["device"] == "NVIDIA H200" and doc["bootstrap_seed"] == 0 and len(doc["trees"]) == SK.FP16_TREES
+    assert doc["device"] == "NVIDIA H200" and doc["bootstrap_seed"] == 0 and len(doc["trees"]) == SK.FOREST_TREES
     assert doc["recordings"] == fit_fp16_split1.fp32_recordings() and len(doc["recordings"]) == len(TRAINING)
     assert SK.fit_fp32_recorded_trees(fit_fp16_split1.loaded_with_answers(doc["recordings"])) == doc["trees"]
 

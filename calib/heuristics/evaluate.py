@@ -169,7 +169,8 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     fam = family(kind)  # an unknown kind: HeuristicError
     backend = resolve_backend(backend)
     gen_kw = {} if max_bytes is None else {"max_bytes": max_bytes}
-    replayed, recorded_failures, not_recorded, lt_oracle = None, [], 0, None
+    replayed, recorded_failures, not_recorded = None, [], 0
+    replay_oracle = contextlib.nullcontext()  # a recording's cuBLASLt answers, while its problems replay
     simulated = backend == "sim"
     if backend.startswith("replay:"):
         from . import replay
@@ -190,7 +191,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
             from . import cublaslt
 
             where = f"recorded evaluation {backend[len(replay.PREFIX):]}"
-            lt_oracle = cublaslt.oracle_from_asked(recorded["cublaslt"], where)
+            replay_oracle = cublaslt.use_oracle(cublaslt.oracle_from_asked(recorded["cublaslt"], where))
     problems = list(problems) if problems is not None else fam.generate(count, seed, **gen_kw)
     if replayed is not None:
         device, software = recorded["device"], recorded["software"]
@@ -227,11 +228,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
                                                   "timer": timing},
                       url=db, persist=persist, policy="use")
     started = _time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        if lt_oracle is not None:
-            from . import cublaslt
-
-            stack.enter_context(cublaslt.use_oracle(lt_oracle))
+    with replay_oracle:
         rows, stopped_early = _run_problems(fam, kind, problems, make_case, tuner, profile, timer, budget_s,
                                             progress, started)
     if backend == "cupy":

@@ -368,8 +368,8 @@ def split1_log_factor(q, m: int, n: int, k: int) -> float:
 # lowers: fp16 never wins a split (CuPy's batched path runs it in FP32), so a raised split 1 costs no
 # choice (tests/test_heuristics_splitk_h200.py checks none is split). The file names the recordings
 # it is the fit of; it applies to their GPU only.
-# Since 2026-12-04 it is a forest: FP16_TREES trees, each of depth FP16_TREE_DEPTH with at least
-# FP16_MIN_LEAF examples a leaf, fitted on a bootstrap sample of the recordings' fp16 problems and of
+# Since 2026-12-04 it is a forest: FOREST_TREES trees, each of depth FOREST_DEPTH with at least
+# FOREST_MIN_LEAF examples a leaf, fitted on a bootstrap sample of the recordings' fp16 problems and of
 # 4300 more (bench/results/2026-12-04-h200-splitk-training/: split-K alone, 1000 problems of each of
 # seeds 1000-1002, which no evaluation uses; and seeds 42-54, live with the first forest), the
 # correction their mean. The one tree's error is its
@@ -380,7 +380,7 @@ def split1_log_factor(q, m: int, n: int, k: int) -> float:
 # 25 trees of depth 10 and leaf 5 3.00/2.99/2.80%, 50 of them 2.92/2.95/3.00% (depth 12 and leaf 3
 # 2.74/2.95/2.80%, depth 8 and leaf 10 3.02/3.11/3.16%); the tree of the 29 recordings alone
 # 3.79/3.64/4.04%.
-FP16_TREES, FP16_TREE_DEPTH, FP16_MIN_LEAF = 50, 10, 5
+FOREST_TREES, FOREST_DEPTH, FOREST_MIN_LEAF = 50, 10, 5  # both forests'
 FP16_SPLIT1_FILE = Path(__file__).with_name("splitk_fp16_split1.json")
 FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION = "calib.heuristics.splitk_fp16_split1_correction", 2
 # Version 2 (2026-12-04): a forest, "trees" (bagged: each tree fitted on a bootstrap sample of the
@@ -447,33 +447,41 @@ def fp16_split1_log_factor(q, m: int, n: int, k: int) -> float:
     return _forest_log_factor(_fp16_split1, FP16_SPLIT1_FILE, load_fp16_split1, q, m, n, k)
 
 
-def fp16_split1_examples(rows, q) -> tuple[list, list]:
-    """(features, log(recorded split-1 us / plain model)) of a recorded evaluation's fp16 problems."""
+def _split1_examples(rows, dtype: str, model_us_of) -> tuple[list, list]:
+    """(features, log(recorded split-1 us / ``model_us_of(m, n, k)``)) of a recorded evaluation's
+    problems of ``dtype``."""
     xs, ys = [], []
     for r in rows:
         d, t = r.get("descriptor") or {}, (r.get("times_us") or {}).get("split=1")
-        if d.get("dtype") != "float16" or not t or t <= 0:
+        if d.get("dtype") != dtype or not t or t <= 0:
             continue
         m, n, k = int(d["m"]), int(d["n"]), int(d["k"])
         xs.append(_features(m, n, k))
-        ys.append(math.log(t / gemm_us(q, m, n, k, 2, 2, "tensor")))
+        ys.append(math.log(t / model_us_of(m, n, k)))
     return xs, ys
 
 
-def fit_fp16_split1_trees(recorded, n_trees: int = FP16_TREES, seed: int = 0) -> list:
-    """The forest over ``recorded``: (rows, q) of each evaluation, q of the profile it read."""
-    xs, ys = [], []
-    for rows, q in recorded:
-        x, y = fp16_split1_examples(rows, q)
-        xs += x
-        ys += y
+def _fit_pooled(parts, what: str, n_trees: int, seed: int) -> list:
+    """The forest over the (features, targets) ``parts`` of several evaluations, pooled."""
+    xs = [x for px, _ in parts for x in px]
+    ys = [y for _, py in parts for y in py]
     if not ys:
-        raise HeuristicError("fitting the fp16 split-1 correction needs recorded fp16 split-1 times")
+        raise HeuristicError(f"fitting the {what} split-1 correction needs recorded {what} split-1 times")
     return fit_forest(xs, ys, n_trees, seed)
 
 
-def fit_forest(xs: list, ys: list, n_trees: int = FP16_TREES, seed: int = 0) -> list:
-    """``n_trees`` trees (depth FP16_TREE_DEPTH, FP16_MIN_LEAF a leaf), each fitted on a bootstrap
+def fp16_split1_examples(rows, q) -> tuple[list, list]:
+    """(features, log(recorded split-1 us / plain model)) of a recorded evaluation's fp16 problems."""
+    return _split1_examples(rows, "float16", lambda m, n, k: gemm_us(q, m, n, k, 2, 2, "tensor"))
+
+
+def fit_fp16_split1_trees(recorded, n_trees: int = FOREST_TREES, seed: int = 0) -> list:
+    """The forest over ``recorded``: (rows, q) of each evaluation, q of the profile it read."""
+    return _fit_pooled([fp16_split1_examples(rows, q) for rows, q in recorded], "fp16", n_trees, seed)
+
+
+def fit_forest(xs: list, ys: list, n_trees: int = FOREST_TREES, seed: int = 0) -> list:
+    """``n_trees`` trees (depth FOREST_DEPTH, FOREST_MIN_LEAF a leaf), each fitted on a bootstrap
     sample drawn with random.Random(seed), so the fit is reproducible to the bit."""
     import random
 
@@ -481,7 +489,7 @@ def fit_forest(xs: list, ys: list, n_trees: int = FP16_TREES, seed: int = 0) -> 
     trees = []
     for _ in range(n_trees):
         idx = [rng.randrange(len(ys)) for _ in ys]
-        trees.append(_fit_tree([xs[i] for i in idx], [ys[i] for i in idx], FP16_TREE_DEPTH, FP16_MIN_LEAF))
+        trees.append(_fit_tree([xs[i] for i in idx], [ys[i] for i in idx], FOREST_DEPTH, FOREST_MIN_LEAF))
     return trees
 
 
@@ -521,28 +529,13 @@ def fp32_recorded_examples(rows, q, oracle) -> tuple[list, list]:
     problems, the model asking ``oracle`` (the evaluation's own cuBLASLt answers) for Lt's kernels."""
     from . import cublaslt
 
-    xs, ys = [], []
     with cublaslt.use_oracle(oracle):
-        for r in rows:
-            d, t = r.get("descriptor") or {}, (r.get("times_us") or {}).get("split=1")
-            if d.get("dtype") != "float32" or not t or t <= 0:
-                continue
-            m, n, k = int(d["m"]), int(d["n"]), int(d["k"])
-            xs.append(_features(m, n, k))
-            ys.append(math.log(t / split1_fp32_us(q, m, n, k)))
-    return xs, ys
+        return _split1_examples(rows, "float32", lambda m, n, k: split1_fp32_us(q, m, n, k))
 
 
-def fit_fp32_recorded_trees(recorded, n_trees: int = FP16_TREES, seed: int = 0) -> list:
+def fit_fp32_recorded_trees(recorded, n_trees: int = FOREST_TREES, seed: int = 0) -> list:
     """The forest over ``recorded``: (rows, q, cuBLASLt oracle) of each evaluation."""
-    xs, ys = [], []
-    for rows, q, oracle in recorded:
-        x, y = fp32_recorded_examples(rows, q, oracle)
-        xs += x
-        ys += y
-    if not ys:
-        raise HeuristicError("fitting the fp32 split-1 correction needs recorded fp32 split-1 times")
-    return fit_forest(xs, ys, n_trees, seed)
+    return _fit_pooled([fp32_recorded_examples(*r) for r in recorded], "fp32", n_trees, seed)
 
 
 def _fit_tree(xs: list, ys: list, depth: int, min_leaf: int) -> dict:
