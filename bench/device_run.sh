@@ -20,6 +20,8 @@
 #   heuristics     bench/heuristics_h200.sh (heuristics against exhaustive search)
 #   heuristics-seedN  the same on the problem set of seed N, into heuristics-seedN/
 #   splitk-seedN   split-K's evaluation alone, SK_COUNT (1000) problems of seed N, into splitk-seedN/
+#   splitk-focusN  the same on SKF_COUNT (1000) fp32 problems of at most 64 output rows
+#                  (bench/splitk_focus.py; SKF_BUDGET_S, SKF_TIMEOUT as SK_*)
 #   verify-shipped calib verify --profile profiles/nvidia-h200.json (default thresholds)
 #   gpu-tests      the GPU tests again, as a step: after a fresh-machine suite (GPU_TESTS_TIMEOUT=1
 #                  skips them at the start, since they fill CuPy's kernel cache and the suite would
@@ -82,6 +84,14 @@ for s in "${@:-quick}"; do
       step "$s" "${SK_TIMEOUT:-200}" python3 -m calib heuristics evaluate --kind matmul_splitk --backend cupy \
         --count "${SK_COUNT:-1000}" --seed "$seed" --max-bytes 1.0e9 --budget-s "${SK_BUDGET_S:-170}" \
         --db "sqlite:////dev/shm/calib-splitk-$seed.sqlite" --out "$res/$s/heuristics-matmul_splitk" --progress ;;
+    splitk-focus*)  # split-K alone on SK_COUNT fp32 problems of at most 64 rows drawn from seed N
+      # (bench/splitk_focus.py: where its worst cases live; training data, seeds >= 2000)
+      seed=${s#splitk-focus}; mkdir -p "$res/$s"
+      python3 bench/splitk_focus.py --seed "$seed" --count "${SKF_COUNT:-1000}" --out "$res/$s/problems.jsonl" \
+        >/dev/null || { echo "$s: no problems written" | tee -a $OUT/summary.txt; continue; }
+      step "$s" "${SKF_TIMEOUT:-200}" python3 -m calib heuristics evaluate --kind matmul_splitk --backend cupy \
+        --problems "$res/$s/problems.jsonl" --budget-s "${SKF_BUDGET_S:-170}" \
+        --db "sqlite:////dev/shm/calib-splitk-f$seed.sqlite" --out "$res/$s/heuristics-matmul_splitk" --progress ;;
     verify-shipped)  # calib verify as a user runs it, against the profile shipped for this GPU
       step verify-shipped 60 sh -c "python3 -m calib verify --profile profiles/nvidia-h200.json --budget-s 10 \
         > $res/verify-shipped.txt 2>&1; echo exit \$? >> $res/verify-shipped.txt" ;;

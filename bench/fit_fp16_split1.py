@@ -12,6 +12,7 @@ carry the answers cuBLASLt gave live (the fp32 model reads them; the older recor
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ from calib.heuristics import splitk as SK  # noqa: E402
 from calib.heuristics.predictor import q_of  # noqa: E402
 from calib.heuristics.registry import read_text  # noqa: E402
 from calib.profile import load_profile  # noqa: E402
-from h200_recordings import FOLDERS, TRAINING, R  # noqa: E402
+from h200_recordings import FOCUS, FOLDERS, TRAINING, R  # noqa: E402
 
 
 def _pairs(table) -> list[list[str]]:
@@ -60,8 +61,8 @@ def fitted(recs) -> list:
 
 
 def fp32_recordings() -> list[list[str]]:
-    """fp32's: the training evaluations, the ones with cuBLASLt's answers."""
-    return _pairs(TRAINING)
+    """fp32's (both forests): the training evaluations and the focused ones, those with cuBLASLt's answers."""
+    return _pairs(TRAINING) + _pairs(FOCUS)
 
 
 def loaded_with_answers(recs) -> list[tuple]:
@@ -85,29 +86,52 @@ def document() -> dict:
             "features": list(SK.SPLIT1_FEATURES), "recordings": recs, "bootstrap_seed": 0, "trees": fitted(recs)}
 
 
-def fp32_document() -> dict:
+def fp32_document(recorded=None) -> dict:
     recs = fp32_recordings()
+    recorded = recorded or loaded_with_answers(recs)
     return {"format": SK.FP32_RECORDED_FORMAT, "version": SK.FP32_RECORDED_VERSION, "device": "NVIDIA H200",
             "source": f"fit_fp32_recorded_trees ({SK.FOREST_TREES} trees on bootstrap samples, depth "
                       f"{SK.FOREST_DEPTH}, at least {SK.FOREST_MIN_LEAF} problems a leaf) over the recorded "
                       "fp32 split-1 times, "
                       f"log(recorded / the fp32 split-1 model with the evaluation's own cuBLASLt answers), of the "
-                      f"{len(recs)} H200 evaluations below (tests/h200_recordings.TRAINING); bench/fit_fp16_split1.py",
-            "features": list(SK.SPLIT1_FEATURES), "recordings": recs, "bootstrap_seed": 0,
-            "trees": SK.fit_fp32_recorded_trees(loaded_with_answers(recs))}
+                      f"{len(recs)} H200 evaluations below (tests/h200_recordings.TRAINING and FOCUS), on the shape "
+                      "and cuBLASLt's answer; bench/fit_fp16_split1.py",
+            "features": list(SK.FP32_SPLIT1_FEATURES), "recordings": recs, "bootstrap_seed": 0,
+            "trees": SK.fit_fp32_recorded_trees(recorded)}
+
+
+def fp32_splits_document(recorded=None) -> dict:
+    recs = fp32_recordings()
+    recorded = recorded or loaded_with_answers(recs)
+    return {"format": SK.FP32_SPLITS_FORMAT, "version": SK.FP32_SPLITS_VERSION, "device": "NVIDIA H200",
+            "source": f"fit_fp32_splits_trees ({SK.FOREST_TREES} trees on bootstrap samples, depth "
+                      f"{SK.FOREST_DEPTH}, at least {SK.FOREST_MIN_LEAF} examples a leaf) over every recorded "
+                      "fp32 split s > 1, log(recorded / the split's model with the evaluation's own cuBLASLt "
+                      f"answers), of the {len(recs)} H200 evaluations below (tests/h200_recordings.TRAINING and "
+                      "FOCUS), on the shape, the split and cuBLASLt's answer for its batched GEMM; "
+                      "bench/fit_fp16_split1.py",
+            "features": list(SK.FP32_SPLITS_FEATURES), "recordings": recs, "bootstrap_seed": 0,
+            "trees": SK.fit_fp32_splits_trees(recorded)}
 
 
 def _write(path: Path, doc: dict) -> None:
-    """One line per tree: 1 MB rather than 2 with every node indented."""
+    """One line per tree: 1 MB rather than 2 with every node indented; gzip-compressed (-9, no name
+    or time, so the same fit writes the same bytes) where the path ends in .gz."""
     body = json.dumps({k: v for k, v in doc.items() if k != "trees"}, indent=1)[:-2]
     trees = ",\n".join(json.dumps(t, separators=(",", ":")) for t in doc["trees"])
-    path.write_text(body + ',\n "trees": [\n' + trees + "\n ]\n}\n")
+    text = body + ',\n "trees": [\n' + trees + "\n ]\n}\n"
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+    else:
+        path.write_text(text)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    recorded = loaded_with_answers(fp32_recordings())
     docs = ((SK.FP16_SPLIT1_FILE, SK.load_fp16_split1, document()),
-            (SK.FP32_RECORDED_FILE, SK.load_fp32_recorded, fp32_document()))
+            (SK.FP32_RECORDED_FILE, SK.load_fp32_recorded, fp32_document(recorded)),
+            (SK.FP32_SPLITS_FILE, SK.load_fp32_splits, fp32_splits_document(recorded)))
     if "--check" in argv:
         bad = [str(path) for path, load, doc in docs if not path.exists() or load(path) != json.loads(json.dumps(doc))]
         print("the shipped corrections are this fit" if not bad else f"not this fit: {', '.join(bad)}")

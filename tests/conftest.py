@@ -74,8 +74,27 @@ def before_the_fp32_forest(monkeypatch):
     from calib.heuristics import splitk
 
     monkeypatch.setitem(splitk._fp32_recorded, "doc", None)
+    monkeypatch.setitem(splitk._fp32_splits, "doc", None)
     monkeypatch.setattr(splitk, "SPLIT_MARGIN", 0.84)
     monkeypatch.setattr(splitk, "SPLIT_MARGIN_FROM_CHOICE", 0.88)
+
+
+# Session 12's fp32 split-1 forest (version 1: the shape alone, fitted on TRAINING), kept beside the
+# live runs it made (seeds 55-63) so that those replay as they ran.
+SESSION12_FP32_FOREST = (Path(__file__).resolve().parents[1] / "bench" / "results" / "2026-12-04-h200-heuristics-s12c4"
+                         / "splitk_fp32_split1_recorded-session12.json.gz")
+
+
+@pytest.fixture
+def session12_splitk(monkeypatch):
+    """split-K as it ran in session 12 (2026-12-04): its fp32 split-1 forest of the shape alone, no
+    forest of the splits' times, the margins 0.90 and 0.86 chosen with it."""
+    from calib.heuristics import splitk
+
+    monkeypatch.setitem(splitk._fp32_recorded, "doc", splitk.load_fp32_recorded(SESSION12_FP32_FOREST))
+    monkeypatch.setitem(splitk._fp32_splits, "doc", None)
+    monkeypatch.setattr(splitk, "SPLIT_MARGIN", 0.90)
+    monkeypatch.setattr(splitk, "SPLIT_MARGIN_FROM_CHOICE", 0.86)
 
 
 @pytest.fixture

@@ -70,6 +70,12 @@ TRAINING = {str(seed): (f"{TRAIN}/splitk-seed{seed}", seed, f"{TRAIN}/profile-sh
 S12C3 = "2026-12-04-h200-heuristics-s12c3"
 TRAINING.update({str(seed): (f"{S12C3}/{'heuristics' if seed < 45 else 'splitk'}-seed{seed}", seed,
                              f"{S12C3}/profile-shipped.json") for seed in range(42, 55)})
+# Split-K alone on fp32 problems of at most 64 output rows (bench/splitk_focus.py, seeds 2000 and up),
+# where its worst cases live (2026-12-06, session 13; the shipped profile): what split-K's fp32
+# forests are fitted on besides TRAINING. Not a recording of issue 14's evaluation.
+FOCUS_DIR = "2026-12-06-h200-splitk-focus"
+FOCUS = {f"f{seed}": (f"{FOCUS_DIR}/splitk-focus{seed}", seed, f"{FOCUS_DIR}/profile-shipped.json")
+         for seed in (2000, 2001, 2002)}
 FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
 

@@ -288,22 +288,10 @@ def _features(m: int, n: int, k: int) -> dict:
     return dict(zip(SPLIT1_FEATURES, (lm, ln, lk, lm + ln, lk - lm - ln, lm + ln + lk)))
 
 
-def _check_node(node, where: str, depth: int = 0) -> None:
-    if not isinstance(node, dict) or depth > 32:
-        raise HeuristicError(f"{where}: a tree node must be an object (at most 32 deep), not {node!r}")
-    if set(node) == {"log_ratio"}:
-        v = node["log_ratio"]
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or abs(v) > 3:
-            raise HeuristicError(f"{where}: log_ratio must be a finite number within +-3, not {v!r}")
-        return
-    if set(node) != {"feature", "threshold", "le", "gt"} or node["feature"] not in SPLIT1_FEATURES:
-        raise HeuristicError(f"{where}: a split node has feature (one of {SPLIT1_FEATURES}), threshold, le, "
-                             f"gt: {node!r}"[:300])
-    t = node["threshold"]
-    if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
-        raise HeuristicError(f"{where}: threshold must be a finite number, not {t!r}")
-    _check_node(node["le"], where, depth + 1)
-    _check_node(node["gt"], where, depth + 1)
+def _check_node(node, where: str, features=SPLIT1_FEATURES) -> None:
+    from . import forest
+
+    forest.check_node(node, features, where, HeuristicError)
 
 
 def _read_split1(path, where: str):
@@ -315,8 +303,9 @@ def _read_split1(path, where: str):
         raise HeuristicError(f"{where} is not JSON ({exc})") from None
 
 
-def _check_split1(doc, where: str, fmt: str, version: int) -> dict:
-    """``doc`` if its format, version, source, device and features are a split-1 correction's."""
+def _check_split1(doc, where: str, fmt: str, version: int, features=SPLIT1_FEATURES) -> dict:
+    """``doc`` if its format, version, source, device and features are a split-1 correction's
+    (``features``: the names its trees split on, in the order they were fitted)."""
     if not isinstance(doc, dict) or doc.get("format") != fmt:
         raise HeuristicError(f"{where}: format must be {fmt!r}")
     if doc.get("version") != version:
@@ -324,8 +313,8 @@ def _check_split1(doc, where: str, fmt: str, version: int) -> dict:
     for name in ("source", "device"):
         if not isinstance(doc.get(name), str) or not doc[name]:
             raise HeuristicError(f"{where}: {name!r} must be a non-empty string")
-    if doc.get("features") != list(SPLIT1_FEATURES):
-        raise HeuristicError(f"{where}: features must be {list(SPLIT1_FEATURES)}")
+    if doc.get("features") != list(features):
+        raise HeuristicError(f"{where}: features must be {list(features)}")
     return doc
 
 
@@ -338,9 +327,9 @@ def load_split1(path=SPLIT1_FILE, fmt: str = SPLIT1_FORMAT, version: int = SPLIT
 
 
 def _tree_value(node: dict, x: dict) -> float:
-    while "log_ratio" not in node:
-        node = node["le"] if x[node["feature"]] <= node["threshold"] else node["gt"]
-    return float(node["log_ratio"])
+    from .forest import tree_value
+
+    return tree_value(node, x)
 
 
 def split1_log_factor(q, m: int, n: int, k: int) -> float:
@@ -397,9 +386,12 @@ def load_fp16_split1(path=FP16_SPLIT1_FILE) -> dict:
     return load_forest(path, FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION, one_tree_version=1)
 
 
-def load_forest(path, fmt: str, version: int, one_tree_version: int | None = None) -> dict:
+def load_forest(path, fmt: str, version: int, one_tree_version: int | None = None, features=SPLIT1_FEATURES,
+                older=None) -> dict:
     """A correction forest of format ``fmt`` at ``path`` ("trees", "bootstrap_seed", "recordings"),
-    checked field by field; a file of ``one_tree_version`` (one "tree") is read as a forest of one."""
+    checked field by field, its trees splitting on ``features``; a file of ``one_tree_version`` (one
+    "tree") is read as a forest of one, and one of a version in ``older`` ({version: its features})
+    as it is, over its own features (every feature a version had stays a feature of the next)."""
     where = f"split-K split-1 correction {path}"
     raw = _read_split1(path, where)
     if one_tree_version is not None and isinstance(raw, dict) and raw.get("format") == fmt \
@@ -409,12 +401,16 @@ def load_forest(path, fmt: str, version: int, one_tree_version: int | None = Non
         doc = dict({k: v for k, v in doc.items() if k != "tree"}, version=version, trees=[doc["tree"]],
                    bootstrap_seed=None)
     else:
-        doc = _check_split1(raw, where, fmt, version)
+        if older and isinstance(raw, dict) and raw.get("format") == fmt and raw.get("version") in older:
+            features = older[raw["version"]]
+            doc = dict(_check_split1(raw, where, fmt, raw["version"], features), version=version)
+        else:
+            doc = _check_split1(raw, where, fmt, version, features)
         trees = doc.get("trees")
         if not isinstance(trees, list) or not 1 <= len(trees) <= FOREST_MAX_TREES:
             raise HeuristicError(f"{where}: trees must be a list of 1 to {FOREST_MAX_TREES} trees")
         for tree in trees:
-            _check_node(tree, where)
+            _check_node(tree, where, features)
         seed = doc.get("bootstrap_seed")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise HeuristicError(f"{where}: bootstrap_seed must be an integer or null, not {seed!r}")
@@ -425,49 +421,48 @@ def load_forest(path, fmt: str, version: int, one_tree_version: int | None = Non
     return doc
 
 
-def _forest_value(doc: dict, m: int, n: int, k: int) -> float:
-    x = _features(m, n, k)
-    return sum(_tree_value(t, x) for t in doc["trees"]) / len(doc["trees"])
-
-
-def _forest_log_factor(cache: dict, path: Path, load, q, m: int, n: int, k: int) -> float:
-    """The forest at ``path`` (read once with ``load``, kept in ``cache["doc"]``) at (m, n, k) on
-    the GPU its recordings are of; 0 on any other, and where the file is absent."""
+def _forest_log_factor(cache: dict, path: Path, load, q, features_of) -> float:
+    """The forest at ``path`` (read once with ``load``, kept in ``cache["doc"]``) at the features
+    ``features_of()`` gives (called only where the forest applies) on the GPU its recordings are of;
+    0 on any other, and where the file is absent."""
     if "doc" not in cache:
         cache["doc"] = load() if path.exists() else None
     doc = cache["doc"]
     if doc is None or not P.measured_on(q, doc["device"]):
         return 0.0
-    return _forest_value(doc, m, n, k)
+    from .forest import forest_value
+
+    return forest_value(doc["trees"], features_of())
 
 
 def fp16_split1_log_factor(q, m: int, n: int, k: int) -> float:
     """log of the factor the fp16 split-1 prediction takes on the GPU the recordings are of (the
     forest's mean); 0 on any other (and on the simulated device, whose truth is the plain model)."""
-    return _forest_log_factor(_fp16_split1, FP16_SPLIT1_FILE, load_fp16_split1, q, m, n, k)
+    return _forest_log_factor(_fp16_split1, FP16_SPLIT1_FILE, load_fp16_split1, q, lambda: _features(m, n, k))
 
 
-def _split1_examples(rows, dtype: str, model_us_of) -> tuple[list, list]:
-    """(features, log(recorded split-1 us / ``model_us_of(m, n, k)``)) of a recorded evaluation's
-    problems of ``dtype``."""
+def _split1_examples(rows, dtype: str, model_us_of, features_of=None) -> tuple[list, list]:
+    """(``features_of(m, n, k)``, the shape's by default; log(recorded split-1 us / ``model_us_of(m, n,
+    k)``)) of a recorded evaluation's problems of ``dtype``."""
+    features_of = features_of or _features
     xs, ys = [], []
     for r in rows:
         d, t = r.get("descriptor") or {}, (r.get("times_us") or {}).get("split=1")
         if d.get("dtype") != dtype or not t or t <= 0:
             continue
         m, n, k = int(d["m"]), int(d["n"]), int(d["k"])
-        xs.append(_features(m, n, k))
+        xs.append(features_of(m, n, k))
         ys.append(math.log(t / model_us_of(m, n, k)))
     return xs, ys
 
 
-def _fit_pooled(parts, what: str, n_trees: int, seed: int) -> list:
+def _fit_pooled(parts, what: str, n_trees: int, seed: int, features=SPLIT1_FEATURES) -> list:
     """The forest over the (features, targets) ``parts`` of several evaluations, pooled."""
     xs = [x for px, _ in parts for x in px]
     ys = [y for _, py in parts for y in py]
     if not ys:
-        raise HeuristicError(f"fitting the {what} split-1 correction needs recorded {what} split-1 times")
-    return fit_forest(xs, ys, n_trees, seed)
+        raise HeuristicError(f"fitting the {what} correction needs recorded {what} times")
+    return fit_forest(xs, ys, n_trees, seed, features)
 
 
 def fp16_split1_examples(rows, q) -> tuple[list, list]:
@@ -480,17 +475,12 @@ def fit_fp16_split1_trees(recorded, n_trees: int = FOREST_TREES, seed: int = 0) 
     return _fit_pooled([fp16_split1_examples(rows, q) for rows, q in recorded], "fp16", n_trees, seed)
 
 
-def fit_forest(xs: list, ys: list, n_trees: int = FOREST_TREES, seed: int = 0) -> list:
+def fit_forest(xs: list, ys: list, n_trees: int = FOREST_TREES, seed: int = 0, features=SPLIT1_FEATURES) -> list:
     """``n_trees`` trees (depth FOREST_DEPTH, FOREST_MIN_LEAF a leaf), each fitted on a bootstrap
-    sample drawn with random.Random(seed), so the fit is reproducible to the bit."""
-    import random
+    sample drawn with random.Random(seed), so the fit is reproducible to the bit (forest.fit_forest)."""
+    from . import forest
 
-    rng = random.Random(seed)
-    trees = []
-    for _ in range(n_trees):
-        idx = [rng.randrange(len(ys)) for _ in ys]
-        trees.append(_fit_tree([xs[i] for i in idx], [ys[i] for i in idx], FOREST_DEPTH, FOREST_MIN_LEAF))
-    return trees
+    return forest.fit_forest(xs, ys, features, n_trees, FOREST_DEPTH, FOREST_MIN_LEAF, seed)
 
 
 # fp32 split 1, what the model above still misses, learned from recorded times the same way. The fp32
@@ -508,20 +498,52 @@ def fit_forest(xs: list, ys: list, n_trees: int = FOREST_TREES, seed: int = 0) -
 # below 0.85 10 -> 14. Live on seeds 42-54 (session 12 call 3, 1300 problems it had not seen) the
 # memory-bound median was 2.7-4.1% on every seed (replayed with session 11's model: 3.3-6.2%); those
 # seeds then joined the fit (tests/h200_recordings.TRAINING), as they joined fp16's.
+#
+# Version 2 (2026-12-06) also splits on cuBLASLt's answer (LT_FEATURES: the kernel's algo, tile, own
+# split of K, waves, custom option) where the model reads it (split1_fp32_choice), and is fitted on the
+# 6000 fp32 problems of at most 64 rows of bench/results/2026-12-06-h200-splitk-focus/ besides: a shape
+# alone did not tell which kernel cuBLAS runs, and the kernel is most of what the model still missed.
+# A version-1 file (shape features only) is read as it is. See FP32_SPLITS_FILE for what both did.
 FP32_RECORDED_FILE = Path(__file__).with_name("splitk_fp32_split1_recorded.json")
-FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION = "calib.heuristics.splitk_fp32_split1_recorded_correction", 1
+FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION = "calib.heuristics.splitk_fp32_split1_recorded_correction", 2
 _fp32_recorded: dict = {}
+# Lt's answer for a GEMM as features of a forest: -1 each where none is known (not asked, or no GPU).
+LT_FEATURES = ("lt_algo", "lt_log2_tile_m", "lt_log2_tile_n", "lt_log2_split", "lt_waves", "lt_custom")
+FP32_SPLIT1_FEATURES = SPLIT1_FEATURES + LT_FEATURES
+FP32_SPLITS_FEATURES = SPLIT1_FEATURES + ("log2_split", "log2_k_slice") + LT_FEATURES
+
+
+def _lt_features(c) -> dict:
+    if c is None:
+        return dict.fromkeys(LT_FEATURES, -1.0)
+    return dict(zip(LT_FEATURES, (float(c.algo_id), math.log2(max(c.tile_m, 1)), math.log2(max(c.tile_n, 1)),
+                                  math.log2(max(c.split, 1)), float(c.waves), float(c.custom_option))))
+
+
+def fp32_split1_features(q, m: int, n: int, k: int) -> dict:
+    """The shape and Lt's answer for split 1 where the fp32 model reads it (else -1s)."""
+    return {**_features(m, n, k), **_lt_features(split1_fp32_choice(q, m, n, k))}
+
+
+def fp32_split_features(q, m: int, n: int, k: int, split: int) -> dict:
+    """The shape, the split, its K slice and Lt's answer for the split's batched GEMM."""
+    k_slice = k // split
+    return {**_features(m, n, k), "log2_split": math.log2(split), "log2_k_slice": math.log2(k_slice),
+            **_lt_features(batched_choice(q, m, n, k_slice, split))}
 
 
 def load_fp32_recorded(path=FP32_RECORDED_FILE) -> dict:
-    """The fp32 recorded-time forest at ``path``, checked field by field (as fp16's)."""
-    return load_forest(path, FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION)
+    """The fp32 recorded-time forest at ``path``, checked field by field (as fp16's); version 1
+    (shape features only) is read forward as it is."""
+    return load_forest(path, FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION, features=FP32_SPLIT1_FEATURES,
+                       older={1: SPLIT1_FEATURES})
 
 
 def fp32_recorded_log_factor(q, m: int, n: int, k: int) -> float:
     """log of the factor the whole fp32 split-1 prediction takes on the GPU the recordings are of; 0
     on any other (and on the simulated device)."""
-    return _forest_log_factor(_fp32_recorded, FP32_RECORDED_FILE, load_fp32_recorded, q, m, n, k)
+    return _forest_log_factor(_fp32_recorded, FP32_RECORDED_FILE, load_fp32_recorded, q,
+                              lambda: fp32_split1_features(q, m, n, k))
 
 
 def fp32_recorded_examples(rows, q, oracle) -> tuple[list, list]:
@@ -530,43 +552,72 @@ def fp32_recorded_examples(rows, q, oracle) -> tuple[list, list]:
     from . import cublaslt
 
     with cublaslt.use_oracle(oracle):
-        return _split1_examples(rows, "float32", lambda m, n, k: split1_fp32_us(q, m, n, k))
+        return _split1_examples(rows, "float32", lambda m, n, k: split1_fp32_us(q, m, n, k),
+                                lambda m, n, k: fp32_split1_features(q, m, n, k))
 
 
 def fit_fp32_recorded_trees(recorded, n_trees: int = FOREST_TREES, seed: int = 0) -> list:
     """The forest over ``recorded``: (rows, q, cuBLASLt oracle) of each evaluation."""
-    return _fit_pooled([fp32_recorded_examples(*r) for r in recorded], "fp32", n_trees, seed)
+    return _fit_pooled([fp32_recorded_examples(*r) for r in recorded], "fp32 split-1", n_trees, seed,
+                       FP32_SPLIT1_FEATURES)
 
 
-def _fit_tree(xs: list, ys: list, depth: int, min_leaf: int) -> dict:
-    """A least-squares regression tree (CART): the split of one feature that most lowers the
-    summed squared error, each side at least ``min_leaf`` examples."""
-    mean = sum(ys) / len(ys)
-    best = None
-    if depth > 0 and len(ys) >= 2 * min_leaf:
-        for f in SPLIT1_FEATURES:
-            order = sorted(range(len(ys)), key=lambda i: xs[i][f])
-            pre, pre2 = [0.0], [0.0]
-            for i in order:
-                pre.append(pre[-1] + ys[i])
-                pre2.append(pre2[-1] + ys[i] ** 2)
-            tot, tot2, n = pre[-1], pre2[-1], len(ys)
-            for j in range(min_leaf, n - min_leaf + 1):
-                a, b = xs[order[j - 1]][f], xs[order[j]][f]
-                if a == b:
-                    continue
-                sse = pre2[j] - pre[j] ** 2 / j + (tot2 - pre2[j]) - (tot - pre[j]) ** 2 / (n - j)
-                if best is None or sse < best[0] - 1e-12:
-                    t = (a + b) / 2
-                    best = (sse, f, t if a <= t < b else a)  # adjacent floats: the midpoint rounds to b
-    if best is None:
-        return {"log_ratio": round(mean, 6)}
-    _, f, t = best
-    le = [i for i in range(len(ys)) if xs[i][f] <= t]
-    gt = [i for i in range(len(ys)) if xs[i][f] > t]
-    return {"feature": f, "threshold": t,
-            "le": _fit_tree([xs[i] for i in le], [ys[i] for i in le], depth - 1, min_leaf),
-            "gt": _fit_tree([xs[i] for i in gt], [ys[i] for i in gt], depth - 1, min_leaf)}
+# fp32 splits s > 1, learned the same way: a forest of log(recorded / model_us) over every recorded
+# split of the same evaluations' fp32 problems (the model without this forest: split_path_us), on the
+# shape, the split, its K slice and Lt's answer for the batched GEMM. The worst cases left by the
+# split-1 forest alone were as often a split's own misprediction as split 1's (32x6544x7680 split 32
+# predicted 284 us, ran 116), and a margin cannot tell the two apart.
+FP32_SPLITS_FILE = Path(__file__).with_name("splitk_fp32_splits_recorded.json.gz")
+FP32_SPLITS_FORMAT, FP32_SPLITS_VERSION = "calib.heuristics.splitk_fp32_splits_recorded_correction", 1
+_fp32_splits: dict = {}
+
+
+def load_fp32_splits(path=FP32_SPLITS_FILE) -> dict:
+    """The fp32 splits' recorded-time forest at ``path`` (gzip-compressed or plain), checked field by field."""
+    return load_forest(path, FP32_SPLITS_FORMAT, FP32_SPLITS_VERSION, features=FP32_SPLITS_FEATURES)
+
+
+def fp32_splits_log_factor(q, m: int, n: int, k: int, split: int) -> float:
+    """log of the factor fp32 split ``split`` > 1's prediction takes on the GPU the recordings are of;
+    0 on any other (and on the simulated device)."""
+    return _forest_log_factor(_fp32_splits, FP32_SPLITS_FILE, load_fp32_splits, q,
+                              lambda: fp32_split_features(q, m, n, k, split))
+
+
+def fp32_splits_examples(rows, q, oracle) -> tuple[list, list]:
+    """(features, log(recorded us / split_path_us)) of every recorded split s > 1 of a recorded
+    evaluation's fp32 problems, Lt's answers from ``oracle``."""
+    from . import cublaslt
+
+    xs, ys = [], []
+    with cublaslt.use_oracle(oracle):
+        for r in rows:
+            d = r.get("descriptor") or {}
+            if d.get("dtype") != "float32":
+                continue
+            desc = SplitKDescriptor(int(d["m"]), int(d["n"]), int(d["k"]), "float32")
+            for cid, t in sorted((r.get("times_us") or {}).items()):
+                s = int(cid.split("=")[1])
+                if s > 1 and t and t > 0:
+                    xs.append(fp32_split_features(q, desc.m, desc.n, desc.k, s))
+                    ys.append(math.log(t / split_path_us(desc, s, q)))
+    return xs, ys
+
+
+def fit_fp32_splits_trees(recorded, n_trees: int = FOREST_TREES, seed: int = 0) -> list:
+    """The forest over ``recorded``: (rows, q, cuBLASLt oracle) of each evaluation."""
+    return _fit_pooled([fp32_splits_examples(*r) for r in recorded], "fp32 split", n_trees, seed,
+                       FP32_SPLITS_FEATURES)
+
+
+def _fit_tree(xs: list, ys: list, depth: int, min_leaf: int, features=SPLIT1_FEATURES) -> dict:
+    """A least-squares regression tree (CART) of ``ys`` over ``xs`` (dicts of ``features``):
+    forest.fit_tree, each side of a split at least ``min_leaf`` examples."""
+    from . import forest
+
+    x = [[float(row[f]) for f in features] for row in xs]
+    return forest.fit_tree(forest.np.array(x, dtype=float).reshape(len(xs), len(features)),
+                           forest.np.asarray(ys, dtype=float), tuple(features), depth, min_leaf)
 
 
 def fit_split1_tree(kernels: dict, q, exclude=()) -> dict:
@@ -876,16 +927,24 @@ def split1_fp32_us(q, m: int, n: int, k: int) -> float:
     are raised below it too and 32- and 48-row outputs not above it. Outputs of 33-48 rows above the
     ridge take the choice's time where it is lower (LOWERED_ROWS_ABOVE)."""
     t = gemm_us(q, m, n, k, 4, 4, "simt") * math.exp(split1_log_factor(q, m, n, k))
-    raised = raised_by_choice(q, m, n, k)
-    lowered = (LOWERED_ROWS_ABOVE < m <= SIMT_32_ROWS_UP_TO
-               and flops_per_byte(m, n, k, 4) >= fp32_ridge_flops_per_byte(q))
-    if not (raised or lowered):
-        return t
-    c = lt_choice(q, m, n, k, "float32")
+    c = split1_fp32_choice(q, m, n, k)
     t_choice = None if c is None else choice_us(q, m, n, k, c)
     if t_choice is None:
         return t
-    return max(t, t_choice) if raised else min(t, t_choice)
+    return max(t, t_choice) if raised_by_choice(q, m, n, k) else min(t, t_choice)
+
+
+def lowered_by_choice(q, m: int, n: int, k: int) -> bool:
+    """Whether fp32 split 1 is lowered to the choice's time (see LOWERED_ROWS_ABOVE)."""
+    return LOWERED_ROWS_ABOVE < m <= SIMT_32_ROWS_UP_TO and flops_per_byte(m, n, k, 4) >= fp32_ridge_flops_per_byte(q)
+
+
+def split1_fp32_choice(q, m: int, n: int, k: int):
+    """Lt's choice for fp32 split 1 where the model reads it (raised or lowered to its time), else None:
+    the one place that decides when Lt is asked about split 1."""
+    if not (raised_by_choice(q, m, n, k) or lowered_by_choice(q, m, n, k)):
+        return None
+    return lt_choice(q, m, n, k, "float32")
 
 
 # Split s > 1's strided-batched FP32 GEMM from the kernel cuBLAS runs for it (H200, 2026-12-02,
@@ -1159,9 +1218,21 @@ def model_us(d: SplitKDescriptor, k, q, hidden: bool = False) -> float:
             tiles = math.ceil(d.m / TILE) * math.ceil(d.n / TILE)
             t += 0.3 * math.ceil(tiles / P.sm_count(q))
         return t
-    # cupy.matmul of 3-D operands: fp16 is promoted to fp32 and both operands made contiguous
-    # (the transposed K-slices of At copied, cast on the way), one FP32 strided-batched GEMM of
-    # s products writes s*m*n fp32 partials, fp16 casts them back, then splitk_sum adds them.
+    t = split_path_us(d, s, q)
+    if d.dtype == "float32":
+        t *= math.exp(fp32_splits_log_factor(q, d.m, d.n, d.k, s))
+    if hidden:
+        t *= 1.02
+    return t
+
+
+def split_path_us(d: SplitKDescriptor, s: int, q) -> float:
+    """Split ``s`` > 1 as the model times its kernels, before the recorded-time forest (FP32_SPLITS_FILE).
+
+    cupy.matmul of 3-D operands: fp16 is promoted to fp32 and both operands made contiguous (the
+    transposed K-slices of At copied, cast on the way), one FP32 strided-batched GEMM of s products
+    writes s*m*n fp32 partials, fp16 casts them back, then splitk_sum adds them."""
+    e = d.itemsize_bytes
     t = small_kernel_us(q, d.m * d.k * (e + 4), TRANSPOSE_EFFICIENCY)
     if e != 4:
         t += small_kernel_us(q, d.k * d.n * (e + 4))
@@ -1169,10 +1240,7 @@ def model_us(d: SplitKDescriptor, k, q, hidden: bool = False) -> float:
     if e != 4:
         t += small_kernel_us(q, s * d.m * d.n * (4 + e))
     rate = q("matmul.splitk.elements_reduced_per_second", P.DEFAULTS["matmul.splitk.elements_reduced_per_second"])
-    t += SMALL_KERNEL_US + s * d.m * d.n / rate * 1e6
-    if hidden:
-        t *= 1.02
-    return t
+    return t + SMALL_KERNEL_US + s * d.m * d.n / rate * 1e6
 
 
 # A split is taken only where it is predicted at least 1/SPLIT_MARGIN (1.19x) faster than split 1.
@@ -1203,7 +1271,7 @@ def model_us(d: SplitKDescriptor, k, q, hidden: bool = False) -> float:
 # chosen for), 3 at 0.86 and at 0.88 (the old pair: 2). A split-1 time closer to the measured one needs
 # less of a tie-break for it: 0.90 is the plateau's middle, 0.86 the 16-row margin both sets agree on
 # (training 6 below 0.85, 26 below 0.9, geomean 0.9980; A-Z 3, 12, 0.9980).
-SPLIT_MARGIN = 0.90
+SPLIT_MARGIN = 0.98
 # Where the output has at most 16 rows and the best split's batched GEMM is timed from the kernel cuBLAS
 # runs (batched_from_choice_us), a split needs only to be predicted 1/0.88 (1.14x) faster. Those misses were
 # splits predicted 0.86-0.89x split 1 that ran 0.83-0.85x it (A and B's 16x720x3584 split 16, predicted
@@ -1217,7 +1285,7 @@ SPLIT_MARGIN = 0.90
 # traced on, so in sample; the live seeds are what judges it. With the fastest configuration in its place
 # (no choice known) the margin stays SPLIT_MARGIN: a margin for 16-row outputs over that model cut A/B to
 # 0.58 and M to 0.49 (see :func:`heuristic`).
-SPLIT_MARGIN_FROM_CHOICE = 0.86  # 0.88 before the fp32 forest (see SPLIT_MARGIN)
+SPLIT_MARGIN_FROM_CHOICE = 1.0  # 0.86 with session 12's forest, 0.88 before it (see SPLIT_MARGIN)
 # Taller outputs keep SPLIT_MARGIN with the choice too: at 0.88 for every output timed from the choice,
 # I's 48x496x22016 took split 32 (predicted 51.5 us against split 1's 61.5; ran 58.6 against 42.5).
 MARGIN_FROM_CHOICE_ROWS_UP_TO = 16
