@@ -1,13 +1,15 @@
-"""Fit split-K's corrections from recorded split-1 times and write them: fp16's forest
-(calib/heuristics/splitk_fp16_split1.json) and fp32's (calib/heuristics/splitk_fp32_split1_recorded.json).
+"""Fit split-K's corrections from recorded times and write them: fp16's split-1 forest
+(calib/heuristics/splitk_fp16_split1.json) and fp32's two, split 1's
+(calib/heuristics/splitk_fp32_split1_recorded.json) and the splits' (…/splitk_fp32_splits_recorded.json.gz).
 
     python3 bench/fit_fp16_split1.py [--check]
 
 splitk.fit_fp16_split1_trees (a bagged forest) over the fp16 split-1 times of every H200 recording in
 tests/h200_recordings.FOLDERS and of the training evaluations (h200_recordings.TRAINING), each plain
 model evaluated with the profile its evaluation read. The live seeds kept out of both (26 onwards)
-are what judges it. fp32's: splitk.fit_fp32_recorded_trees over the training evaluations alone, which
-carry the answers cuBLASLt gave live (the fp32 model reads them; the older recordings lack them).
+are what judges it. fp32's: splitk.fit_fp32_recorded_trees and fit_fp32_splits_trees over the training
+evaluations and the focused ones (h200_recordings.FOCUS), which carry the answers cuBLASLt gave live (the
+fp32 model reads them, and the forests split on them; the older recordings lack them). About 80 s.
 ``--check``: exit 1 if a shipped file is not this fit (the test suite checks the same)."""
 
 from __future__ import annotations

@@ -1271,6 +1271,16 @@ def split_path_us(d: SplitKDescriptor, s: int, q) -> float:
 # chosen for), 3 at 0.86 and at 0.88 (the old pair: 2). A split-1 time closer to the measured one needs
 # less of a tie-break for it: 0.90 is the plateau's middle, 0.86 the 16-row margin both sets agree on
 # (training 6 below 0.85, 26 below 0.9, geomean 0.9980; A-Z 3, 12, 0.9980).
+#
+# Since 2026-12-06 both fp32 forests read cuBLASLt's answer and the splits have their own
+# (FP32_SPLITS_FILE), fitted also on 3000 focused problems (fp32, at most 64 rows): a split's time is
+# now predicted as well as split 1's, and the margins were chosen again held out, each group of the
+# forests' recordings replayed with both forests fitted on the others (bench/splitk_margins.py; the
+# table in bench/results/2026-12-06-h200-splitk-focus/margins-held-out.md). Problems below 0.85 of the
+# best, seeded (2073 fp32) / focused (3000): 0.90 with 0.90 6 / 30, geomean 0.9967 / 0.9882; 0.94-0.98
+# with 1.0 for 16-row outputs timed from cuBLAS's kernel 1 / 3-4, geomean 0.9985-0.9987 / 0.9945-0.9954;
+# 1.0 and 1.0 (no margin) 2 / 3. 0.98 is the plateau's best on both; for the 16-row class any margin of
+# 0.98-1.02 gives the same, so none is kept there (1.0).
 SPLIT_MARGIN = 0.98
 # Where the output has at most 16 rows and the best split's batched GEMM is timed from the kernel cuBLAS
 # runs (batched_from_choice_us), a split needs only to be predicted 1/0.88 (1.14x) faster. Those misses were
