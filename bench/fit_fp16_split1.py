@@ -88,32 +88,31 @@ def document() -> dict:
             "features": list(SK.SPLIT1_FEATURES), "recordings": recs, "bootstrap_seed": 0, "trees": fitted(recs)}
 
 
-def fp32_document(recorded=None) -> dict:
+def _fp32_forest_document(fmt, version, fit, features, source, recorded=None) -> dict:
+    """One of the fp32 forests' files: ``fit`` over the fp32 recordings (loaded with their cuBLASLt
+    answers unless ``recorded`` gives them), ``source`` saying what it is between the shared parts."""
     recs = fp32_recordings()
-    recorded = recorded or loaded_with_answers(recs)
-    return {"format": SK.FP32_RECORDED_FORMAT, "version": SK.FP32_RECORDED_VERSION, "device": "NVIDIA H200",
-            "source": f"fit_fp32_recorded_trees ({SK.FOREST_TREES} trees on bootstrap samples, depth "
-                      f"{SK.FOREST_DEPTH}, at least {SK.FOREST_MIN_LEAF} problems a leaf) over the recorded "
-                      "fp32 split-1 times, "
-                      f"log(recorded / the fp32 split-1 model with the evaluation's own cuBLASLt answers), of the "
-                      f"{len(recs)} H200 evaluations below (tests/h200_recordings.TRAINING and FOCUS), on the shape "
-                      "and cuBLASLt's answer; bench/fit_fp16_split1.py",
-            "features": list(SK.FP32_SPLIT1_FEATURES), "recordings": recs, "bootstrap_seed": 0,
-            "trees": SK.fit_fp32_recorded_trees(recorded)}
+    return {"format": fmt, "version": version, "device": "NVIDIA H200",
+            "source": f"{fit.__name__} ({SK.FOREST_TREES} trees on bootstrap samples, depth {SK.FOREST_DEPTH}, "
+                      f"at least {SK.FOREST_MIN_LEAF} {source.format(n=len(recs))}; bench/fit_fp16_split1.py",
+            "features": list(features), "recordings": recs, "bootstrap_seed": 0,
+            "trees": fit(recorded or loaded_with_answers(recs))}
+
+
+def fp32_document(recorded=None) -> dict:
+    return _fp32_forest_document(
+        SK.FP32_RECORDED_FORMAT, SK.FP32_RECORDED_VERSION, SK.fit_fp32_recorded_trees, SK.FP32_SPLIT1_FEATURES,
+        "problems a leaf) over the recorded fp32 split-1 times, log(recorded / the fp32 split-1 model with the "
+        "evaluation's own cuBLASLt answers), of the {n} H200 evaluations below (tests/h200_recordings.TRAINING "
+        "and FOCUS), on the shape and cuBLASLt's answer", recorded)
 
 
 def fp32_splits_document(recorded=None) -> dict:
-    recs = fp32_recordings()
-    recorded = recorded or loaded_with_answers(recs)
-    return {"format": SK.FP32_SPLITS_FORMAT, "version": SK.FP32_SPLITS_VERSION, "device": "NVIDIA H200",
-            "source": f"fit_fp32_splits_trees ({SK.FOREST_TREES} trees on bootstrap samples, depth "
-                      f"{SK.FOREST_DEPTH}, at least {SK.FOREST_MIN_LEAF} examples a leaf) over every recorded "
-                      "fp32 split s > 1, log(recorded / the split's model with the evaluation's own cuBLASLt "
-                      f"answers), of the {len(recs)} H200 evaluations below (tests/h200_recordings.TRAINING and "
-                      "FOCUS), on the shape, the split and cuBLASLt's answer for its batched GEMM; "
-                      "bench/fit_fp16_split1.py",
-            "features": list(SK.FP32_SPLITS_FEATURES), "recordings": recs, "bootstrap_seed": 0,
-            "trees": SK.fit_fp32_splits_trees(recorded)}
+    return _fp32_forest_document(
+        SK.FP32_SPLITS_FORMAT, SK.FP32_SPLITS_VERSION, SK.fit_fp32_splits_trees, SK.FP32_SPLITS_FEATURES,
+        "examples a leaf) over every recorded fp32 split s > 1, log(recorded / the split's model with the "
+        "evaluation's own cuBLASLt answers), of the {n} H200 evaluations below (tests/h200_recordings.TRAINING "
+        "and FOCUS), on the shape, the split and cuBLASLt's answer for its batched GEMM", recorded)
 
 
 def _write(path: Path, doc: dict) -> None:
