@@ -501,9 +501,11 @@ def fit_forest(xs: list, ys: list, n_trees: int = FOREST_TREES, seed: int = 0, f
 #
 # Version 2 (2026-12-06) also splits on cuBLASLt's answer (LT_FEATURES: the kernel's algo, tile, own
 # split of K, waves, custom option) where the model reads it (split1_fp32_choice), and is fitted on the
-# 6000 fp32 problems of at most 64 rows of bench/results/2026-12-06-h200-splitk-focus/ besides: a shape
+# 3000 fp32 problems of at most 64 rows of bench/results/2026-12-06-h200-splitk-focus/ besides: a shape
 # alone did not tell which kernel cuBLAS runs, and the kernel is most of what the model still missed.
-# A version-1 file (shape features only) is read as it is. See FP32_SPLITS_FILE for what both did.
+# Without Lt's answer (a replay of a recording that lacks it, a machine without the profile's GPU) its
+# features are -1, as for the shapes Lt is never asked about. A version-1 file (shape features only) is
+# read as it is. With FP32_SPLITS_FILE and the margins chosen again, held out: see SPLIT_MARGIN.
 FP32_RECORDED_FILE = Path(__file__).with_name("splitk_fp32_split1_recorded.json")
 FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION = "calib.heuristics.splitk_fp32_split1_recorded_correction", 2
 _fp32_recorded: dict = {}
