@@ -1,6 +1,6 @@
 """Fit split-K's corrections from recorded times and write them: fp16's split-1 forest
-(calib/heuristics/splitk_fp16_split1.json) and fp32's two, split 1's
-(calib/heuristics/splitk_fp32_split1_recorded.json) and the splits' (…/splitk_fp32_splits_recorded.json.gz).
+(calib/heuristics/splitk_fp16_split1.json.gz) and fp32's two, split 1's
+(calib/heuristics/splitk_fp32_split1_recorded.json.gz) and the splits' (…/splitk_fp32_splits_recorded.json.gz).
 
     python3 bench/fit_fp16_split1.py [--check]
 

@@ -81,7 +81,7 @@ def test_the_correction_file_is_the_fit_of_the_recordings_it_names():
     ({"version": 1}, "tree node"),  # version 1 holds one "tree": here there is none
 ])
 def test_the_correction_file_is_checked_field_by_field(tmp_path, edit, message):
-    doc = dict(json.loads(SK.FP16_SPLIT1_FILE.read_text()), **edit)
+    doc = dict(SK._read_split1(SK.FP16_SPLIT1_FILE, "fp16 forest"), **edit)
     p = tmp_path / "c.json"
     p.write_text(json.dumps(doc))
     with pytest.raises(SK.HeuristicError, match=message):
@@ -90,7 +90,7 @@ def test_the_correction_file_is_checked_field_by_field(tmp_path, edit, message):
 
 def test_a_version_1_file_reads_as_a_forest_of_its_one_tree(tmp_path):
     """Session 11's file (one "tree", version 1) is read forward: the same corrections it gave."""
-    doc = {k: v for k, v in json.loads(SK.FP16_SPLIT1_FILE.read_text()).items() if k not in ("trees", "bootstrap_seed")}
+    doc = {k: v for k, v in SK._read_split1(SK.FP16_SPLIT1_FILE, "fp16 forest").items() if k not in ("trees", "bootstrap_seed")}
     tree = {"feature": "log2_k", "threshold": 12.0, "le": {"log_ratio": -0.05}, "gt": {"log_ratio": 0.08}}
     p = tmp_path / "v1.json"
     p.write_text(json.dumps(dict(doc, version=1, tree=tree)))

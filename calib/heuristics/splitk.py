@@ -370,7 +370,7 @@ def split1_log_factor(q, m: int, n: int, k: int) -> float:
 # 2.74/2.95/2.80%, depth 8 and leaf 10 3.02/3.11/3.16%); the tree of the 29 recordings alone
 # 3.79/3.64/4.04%.
 FOREST_TREES, FOREST_DEPTH, FOREST_MIN_LEAF = 50, 10, 5  # both forests'
-FP16_SPLIT1_FILE = Path(__file__).with_name("splitk_fp16_split1.json")
+FP16_SPLIT1_FILE = Path(__file__).with_name("splitk_fp16_split1.json.gz")
 FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION = "calib.heuristics.splitk_fp16_split1_correction", 2
 # Version 2 (2026-12-04): a forest, "trees" (bagged: each tree fitted on a bootstrap sample of the
 # examples, the correction their mean) and "bootstrap_seed"; version 1 held one "tree", read as a
@@ -506,7 +506,7 @@ def fit_forest(xs: list, ys: list, n_trees: int = FOREST_TREES, seed: int = 0, f
 # Without Lt's answer (a replay of a recording that lacks it, a machine without the profile's GPU) its
 # features are -1, as for the shapes Lt is never asked about. A version-1 file (shape features only) is
 # read as it is. With FP32_SPLITS_FILE and the margins chosen again, held out: see SPLIT_MARGIN.
-FP32_RECORDED_FILE = Path(__file__).with_name("splitk_fp32_split1_recorded.json")
+FP32_RECORDED_FILE = Path(__file__).with_name("splitk_fp32_split1_recorded.json.gz")
 FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION = "calib.heuristics.splitk_fp32_split1_recorded_correction", 2
 _fp32_recorded: dict = {}
 # Lt's answer for a GEMM as features of a forest: -1 each where none is known (not asked, or no GPU).
