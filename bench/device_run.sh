@@ -4,8 +4,8 @@
 #   device tool: carry [".whl"], command: bash bench/device_run.sh [STEP ...]
 # .whl: bash ../shared/device/wheels.sh sqlalchemy alembic filelock platformdirs nvidia-ml-py pytest-timeout;
 # the tree and the wheels travel within 64 MiB: jedi, parso and debugpy (optional to IPython/ipykernel) can go.
-# Since 2026-12-06 the tree is 55.4 MB (split-K's forests gzip-compressed) and the wheels 10.9 MB without
-# those three (66.3 MB of the 67.1): it fits, barely; a call
+# Since 2026-12-06 the tree is 54.6 MB (split-K's forests gzip-compressed) and the wheels 10.9 MB without
+# those three (65.5 MB of the 67.1): it fits, barely; a call
 # without notebooks (heuristics-seedN, splitk-seedN,
 # gpu-tests, verify-shipped) carries only what calib itself needs (NOTEBOOK_WHEELS moved out of .whl).
 # NOTEBOOK_WHEELS: papermill ipykernel ipython jupyter_client jupyter_core nbclient nbformat pyzmq tornado
