@@ -90,7 +90,8 @@ def test_the_correction_file_is_checked_field_by_field(tmp_path, edit, message):
 
 def test_a_version_1_file_reads_as_a_forest_of_its_one_tree(tmp_path):
     """Session 11's file (one "tree", version 1) is read forward: the same corrections it gave."""
-    doc = {k: v for k, v in SK._read_split1(SK.FP16_SPLIT1_FILE, "fp16 forest").items() if k not in ("trees", "bootstrap_seed")}
+    shipped = SK._read_split1(SK.FP16_SPLIT1_FILE, "fp16 forest")
+    doc = {k: v for k, v in shipped.items() if k not in ("trees", "bootstrap_seed")}
     tree = {"feature": "log2_k", "threshold": 12.0, "le": {"log_ratio": -0.05}, "gt": {"log_ratio": 0.08}}
     p = tmp_path / "v1.json"
     p.write_text(json.dumps(dict(doc, version=1, tree=tree)))
