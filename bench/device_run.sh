@@ -85,7 +85,7 @@ for s in "${@:-quick}"; do
       step "$s" "${SK_TIMEOUT:-200}" python3 -m calib heuristics evaluate --kind matmul_splitk --backend cupy \
         --count "${SK_COUNT:-1000}" --seed "$seed" --max-bytes 1.0e9 --budget-s "${SK_BUDGET_S:-170}" \
         --db "sqlite:////dev/shm/calib-splitk-$seed.sqlite" --out "$res/$s/heuristics-matmul_splitk" --progress ;;
-    splitk-focus*)  # split-K alone on SK_COUNT fp32 problems of at most 64 rows drawn from seed N
+    splitk-focus*)  # split-K alone on SKF_COUNT fp32 problems of at most 64 rows drawn from seed N
       # (bench/splitk_focus.py: where its worst cases live; training data, seeds >= 2000)
       seed=${s#splitk-focus}; mkdir -p "$res/$s"
       python3 bench/splitk_focus.py --seed "$seed" --count "${SKF_COUNT:-1000}" --out "$res/$s/problems.jsonl" \

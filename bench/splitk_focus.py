@@ -25,7 +25,7 @@ from calib.heuristics import splitk as SK  # noqa: E402
 
 def focus(count: int, seed: int, max_rows: int = 64, max_bytes: float = 1.0e9) -> list:
     """``count`` fp32 problems of at most ``max_rows`` rows, in the order the generator drew them."""
-    out, batch = [], 8 * count
+    batch = 8 * count
     drawn = SK.generate(batch, seed=seed, max_bytes=max_bytes)
     while True:
         out = [d for d in drawn if d.dtype == "float32" and d.m <= max_rows]

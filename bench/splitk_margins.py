@@ -7,7 +7,7 @@ forests fitted on the other groups, at every pair of margins on a grid.
 Prints, per margin pair (SPLIT_MARGIN, SPLIT_MARGIN_FROM_CHOICE), the problems below 0.85 and 0.9 of
 the exhaustive best and the geometric mean, over the seeded training groups (the evaluation's own
 distribution) and over the focused ones (fp32 outputs of at most 64 rows) apart. The choice rule is
-splitk.heuristic's; the held-out forests are splitk.fit_forest's, as the shipped ones."""
+splitk.choose_split, as splitk.heuristic's; the held-out forests are splitk.fit_forest's, as the shipped ones."""
 
 from __future__ import annotations
 
@@ -53,8 +53,7 @@ def problems(recorded: dict) -> list[dict]:
                              **{s: SK.split_path_us(desc, s, q) for s in splits}},
                     "x": {1: SK.fp32_split1_features(q, desc.m, desc.n, desc.k),
                           **{s: SK.fp32_split_features(q, desc.m, desc.n, desc.k, s) for s in splits}},
-                    "choice_margin": {s: SK.margin(desc, {"split": s}, q) == SK.SPLIT_MARGIN_FROM_CHOICE
-                                      for s in splits}})
+                    "from_choice": {s: SK.margin_from_choice(desc, s, q) for s in splits}})
     return out
 
 
@@ -67,12 +66,9 @@ def fit(rows: list[dict], n_trees: int) -> tuple[list, list]:
             SK.fit_forest(xs, ys, n_trees, 0, SK.FP32_SPLITS_FEATURES))
 
 
-def choose(r: dict, pred: dict, margin: float, margin_choice: float) -> int:
-    best = min(pred, key=pred.get)
-    if best == 1:
-        return 1
-    m = margin_choice if r["choice_margin"][best] else margin
-    return best if pred[best] < m * pred[1] else 1
+def chosen(r: dict, predicted_us: dict, margin: float, margin_from_choice: float) -> int:
+    """splitk.choose_split at these margins, each split's class as the shipped margin() gives it."""
+    return SK.choose_split(predicted_us, lambda s: margin_from_choice if r["from_choice"][s] else margin)
 
 
 def main(argv=None) -> int:
@@ -99,7 +95,7 @@ def main(argv=None) -> int:
         for mc in grid:
             cells = []
             for focused in (False, True):
-                eff = [min(r["times"].values()) / r["times"][choose(r, preds[id(r)], m, mc)]
+                eff = [min(r["times"].values()) / r["times"][chosen(r, preds[id(r)], m, mc)]
                        for r in rows if (r["group"] in FOCUS) == focused]
                 gm = math.exp(statistics.fmean(math.log(e) for e in eff))
                 cells.append(f"{sum(e < 0.85 for e in eff)} / {sum(e < 0.9 for e in eff)} of {len(eff)}, {gm:.4f}")

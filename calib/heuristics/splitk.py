@@ -1334,23 +1334,32 @@ def heuristic(d, profile) -> Knobs:
     are as erratic as cuBLAS's split 1 (16x2080x22528: split 8 1.64x its prediction, split 16
     0.79x)."""
     d = descriptor(d)
-    ranked = P.rank(model_us, d, space(d), profile)
-    t_best, best = ranked[0]
-    if best["split"] == 1:
+    q = P.q_of(profile)
+    predicted = {int(k["split"]): t for t, k in P.rank(model_us, d, space(d), profile)}
+    return Knobs(split=choose_split(predicted, lambda s: margin(d, {"split": s}, q)))
+
+
+def choose_split(predicted_us: dict, margin_of) -> int:
+    """The split ``predicted_us`` (split -> predicted time, split 1 among them) picks: the fastest,
+    unless it is a split under ``margin_of(split)`` times split 1's time no more (then split 1).
+    Ties go to the first listed."""
+    best = min(predicted_us, key=predicted_us.get)
+    if best == 1 or predicted_us[best] < margin_of(best) * predicted_us[1]:
         return best
-    t_split1 = next(t for t, k in ranked if k["split"] == 1)
-    return best if t_best < margin(d, best, P.q_of(profile)) * t_split1 else Knobs(split=1)
+    return 1
 
 
 def margin(d: SplitKDescriptor, k, q) -> float:
     """The share of split 1's predicted time that split ``k`` must be predicted under to be taken:
-    SPLIT_MARGIN_FROM_CHOICE where the output has at most MARGIN_FROM_CHOICE_ROWS_UP_TO rows and its batched
-    GEMM is timed from cuBLAS's kernel, else SPLIT_MARGIN."""
-    s = int(k["split"])
-    if d.m > MARGIN_FROM_CHOICE_ROWS_UP_TO:
-        return SPLIT_MARGIN
-    known = batched_from_choice_us(q, d.m, d.n, d.k // s, s, d.dtype) is not None
-    return SPLIT_MARGIN_FROM_CHOICE if known else SPLIT_MARGIN
+    SPLIT_MARGIN_FROM_CHOICE where :func:`margin_from_choice`, else SPLIT_MARGIN."""
+    return SPLIT_MARGIN_FROM_CHOICE if margin_from_choice(d, int(k["split"]), q) else SPLIT_MARGIN
+
+
+def margin_from_choice(d: SplitKDescriptor, split: int, q) -> bool:
+    """Whether ``split`` is held to SPLIT_MARGIN_FROM_CHOICE: the output has at most
+    MARGIN_FROM_CHOICE_ROWS_UP_TO rows and the split's batched GEMM is timed from cuBLAS's kernel."""
+    return (d.m <= MARGIN_FROM_CHOICE_ROWS_UP_TO
+            and batched_from_choice_us(q, d.m, d.n, d.k // split, split, d.dtype) is not None)
 
 
 def sim_library_us(d, q) -> float:
