@@ -97,7 +97,8 @@ def _review_paths(tmp, paths):
     paths["fragment_bad_param"] = _fragment(tmp / "fragment-bad-param.json", params={"x.y": {"value": "fast"}})
     paths["fragment_params_list"] = _fragment(tmp / "fragment-params-list.json", params=[1])
     problems = {"bad_lines": "{\nnot json\n[1, 2]\n{\"rows\": -5}\n", "empty": "", "comments": "# nothing\n\n",
-                "other_kind": json.dumps({"kind": "matmul_splitk", "m": 64, "n": 64, "k": 64}) + "\n"}
+                "other_kind": json.dumps({"kind": "matmul_splitk", "m": 64, "n": 64, "k": 64}) + "\n",
+                "missing_fields": json.dumps({"m": 64}) + "\n"}
     for name, text in problems.items():
         paths[f"problems_{name}"] = tmp / f"problems-{name}.jsonl"
         paths[f"problems_{name}"].write_text(text)
@@ -444,6 +445,9 @@ CASES = [
                                                      "sim", "--problems", str(p["problems_comments"])], "empty"),
     ("heuristics-problems-other-kind", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend",
                                                   "sim", "--problems", str(p["problems_other_kind"])], "not pointwise"),
+    ("heuristics-problems-missing-fields", lambda p: ["heuristics", "evaluate", "--kind", "matmul_splitk", "--backend",
+                                                     "sim", "--problems", str(p["problems_missing_fields"])],
+     "missing field(s) k, n"),
     ("heuristics-problems-not-utf8", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend", "sim",
                                                 "--problems", str(p["problems_not_utf8"])], "UTF-8"),
     ("heuristics-problems-a-profile", lambda p: ["heuristics", "evaluate", "--kind", "pointwise", "--backend",

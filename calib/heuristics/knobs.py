@@ -58,6 +58,12 @@ class FamilyDescriptor:
         if extra:
             raise HeuristicError(f"{kind} descriptor: unknown field(s) {', '.join(sorted(extra))} "
                                  f"(fields: {', '.join(sorted(names))})")
+        required = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_") and f.init
+                    and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        missing = required - set(obj)
+        if missing:
+            raise HeuristicError(f"{kind} descriptor: missing field(s) {', '.join(sorted(missing))} "
+                                 f"(fields: {', '.join(sorted(names))})")
         try:
             return cls(**{k: v for k, v in obj.items() if k != "kind"})
         except TypeError as exc:
