@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from calib.heuristics import cublaslt as CL  # noqa: E402
 from calib.heuristics import splitk as SK  # noqa: E402
-from calib.heuristics.predictor import q_of  # noqa: E402
+from calib.heuristics.predictor import q_of, recorded_software  # noqa: E402
 from calib.heuristics.registry import read_text  # noqa: E402
 from calib.profile import load_profile  # noqa: E402
 from h200_recordings import FOCUS, FOLDERS, TRAINING, R  # noqa: E402
@@ -50,6 +50,11 @@ def read_evaluation(ev) -> dict:
 def recordings() -> list[list[str]]:
     """fp16's: every recording of FOLDERS, then the training evaluations."""
     return _pairs(FOLDERS) + _pairs(TRAINING)
+
+
+def software_of(recs) -> dict:
+    """The software every recording's profile ran under (predictor.recorded_software)."""
+    return recorded_software(ROOT / prof for _ev, prof in recs)
 
 
 def loaded(recs) -> list[tuple]:
@@ -80,6 +85,7 @@ def loaded_with_answers(recs) -> list[tuple]:
 def document() -> dict:
     recs = recordings()
     return {"format": SK.FP16_SPLIT1_FORMAT, "version": SK.FP16_SPLIT1_VERSION, "device": "NVIDIA H200",
+            "software": software_of(recs),
             "source": f"fit_fp16_split1_trees ({SK.FOREST_TREES} trees on bootstrap samples, depth {SK.FOREST_DEPTH}, "
                       f"at least {SK.FOREST_MIN_LEAF} problems a leaf) over the recorded fp16 split-1 times, "
                       f"log(recorded / plain model), of the {len(recs)} H200 evaluations below "
@@ -92,7 +98,7 @@ def _fp32_forest_document(fmt, version, fit, features, source, recorded=None) ->
     """One of the fp32 forests' files: ``fit`` over the fp32 recordings (loaded with their cuBLASLt
     answers unless ``recorded`` gives them), ``source`` saying what it is between the shared parts."""
     recs = fp32_recordings()
-    return {"format": fmt, "version": version, "device": "NVIDIA H200",
+    return {"format": fmt, "version": version, "device": "NVIDIA H200", "software": software_of(recs),
             "source": f"{fit.__name__} ({SK.FOREST_TREES} trees on bootstrap samples, depth {SK.FOREST_DEPTH}, "
                       f"at least {SK.FOREST_MIN_LEAF} {source.format(n=len(recs))}; bench/fit_fp16_split1.py",
             "features": list(features), "recordings": recs, "bootstrap_seed": 0,

@@ -291,7 +291,8 @@ def _bad(tmp_path, edit):
     lambda d: d["classes"][0].update(vectors_per_thread_log2="6"),
     lambda d: d["classes"][0].update(vectors_per_thread_log2=True),
     lambda d: d["classes"][-1].update(vectors_per_thread_log2=6),  # a persistent class has no loop band
-    lambda d: d.update(version=4),
+    lambda d: d.update(version=5),
+    lambda d: d.pop("software"), lambda d: d.update(software={"cupy": "14.2.0"}),
     lambda d: d.update(pair_bias=10**400),  # an int no float holds: math.isfinite raised OverflowError
     lambda d: d["classes"][0].update(log_factor=-10**400),
 ])

@@ -61,7 +61,9 @@ def _loaded(recs):
 
 def test_the_correction_file_is_the_fit_of_the_recordings_it_names():
     doc = SK.load_fp16_split1()
-    assert doc["device"] == "NVIDIA H200" and doc["version"] == 2 and doc["bootstrap_seed"] == 0
+    assert doc["device"] == "NVIDIA H200" and doc["version"] == SK.FP16_SPLIT1_VERSION and doc["bootstrap_seed"] == 0
+    recorded = fit_fp16_split1.software_of(doc["recordings"])
+    assert doc["software"] == recorded == {"cuda_runtime": "13.2", "cupy": "14.2.0"}
     assert doc["recordings"] == fit_fp16_split1.recordings()  # FOLDERS, then TRAINING
     assert len(doc["recordings"]) == len(FOLDERS) + len(TRAINING)
     assert len(doc["trees"]) == SK.FOREST_TREES
@@ -69,7 +71,9 @@ def test_the_correction_file_is_the_fit_of_the_recordings_it_names():
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    ({"format": SK.SPLIT1_FORMAT}, "format"), ({"version": 3}, "version"), ({"device": ""}, "device"),
+    ({"format": SK.SPLIT1_FORMAT}, "format"), ({"version": 99}, "version"), ({"device": ""}, "device"),
+    ({"software": None}, "software"), ({"software": {"cuda_runtime": "13.2"}}, "software"),
+    ({"software": {"cuda_runtime": "13.2", "cupy": 14}}, "software"),
     ({"recordings": []}, "recordings"), ({"recordings": [["a.json"]]}, "recordings"),
     ({"recordings": "a.json"}, "recordings"), ({"trees": []}, "trees"), ({"trees": {"log_ratio": 0}}, "trees"),
     ({"trees": [{"log_ratio": 4.0}]}, "log_ratio"),
@@ -96,7 +100,8 @@ def test_a_version_1_file_reads_as_a_forest_of_its_one_tree(tmp_path):
     p = tmp_path / "v1.json"
     p.write_text(json.dumps(dict(doc, version=1, tree=tree)))
     got = SK.load_fp16_split1(p)
-    assert got["version"] == 2 and got["trees"] == [tree] and got["bootstrap_seed"] is None
+    assert got["version"] == SK.FP16_SPLIT1_VERSION and got["trees"] == [tree] and got["bootstrap_seed"] is None
+    assert got["software"] is None  # version 1 did not record it: applied under any software, as then
 
 
 def test_a_damaged_correction_file_is_named_in_the_error(tmp_path):

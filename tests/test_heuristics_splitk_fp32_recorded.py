@@ -81,8 +81,9 @@ def test_each_forest_file_is_the_fit_of_its_recordings(which, recorded):
 
 @pytest.mark.parametrize("which", FILES)
 @pytest.mark.parametrize(("edit", "message"), [
-    ({"format": SK.FP16_SPLIT1_FORMAT}, "format"), ({"version": 3}, "version"),
+    ({"format": SK.FP16_SPLIT1_FORMAT}, "format"), ({"version": 99}, "version"),
     ({"version": 0, "tree": {"log_ratio": 0}}, "version"),  # no one-tree version to read forward
+    ({"software": None}, "software"), ({"software": {"cupy": "14.2.0"}}, "software"),
     ({"trees": []}, "trees"), ({"trees": [{"log_ratio": "0"}]}, "log_ratio"), ({"recordings": []}, "recordings"),
     ({"features": ["log2_m"]}, "features"), ({"bootstrap_seed": 1.5}, "bootstrap_seed"),
     ({"trees": [{"feature": "lt_colour", "threshold": 0, "le": {"log_ratio": 0}, "gt": {"log_ratio": 0}}]},
@@ -97,14 +98,16 @@ def test_each_forest_file_is_checked_field_by_field(tmp_path, which, edit, messa
 
 
 def test_a_version_1_split1_forest_is_read_forward_over_the_shape_alone(tmp_path):
-    """Session 12's file (version 1, the six shape features) loads as version 2 over its own features;
-    a version 2 file must name Lt's features too."""
+    """Session 12's file (version 1, the six shape features) loads as the current version over its own
+    features, recording no software; a version 2 or 3 file must name Lt's features too."""
     doc = SK.load_fp32_recorded(SESSION12_FP32_FOREST)
     assert doc["version"] == SK.FP32_RECORDED_VERSION and doc["features"] == list(SK.SPLIT1_FEATURES)
-    p = tmp_path / "v2-shape-only.json"
-    p.write_text(json.dumps(dict(doc, version=2)))
-    with pytest.raises(SK.HeuristicError, match="features"):
-        SK.load_fp32_recorded(p)
+    assert doc["software"] is None
+    for version, software in ((2, None), (3, {"cuda_runtime": "13.2", "cupy": "14.2.0"})):
+        p = tmp_path / f"v{version}-shape-only.json"
+        p.write_text(json.dumps(dict(doc, version=version, software=software)))
+        with pytest.raises(SK.HeuristicError, match="features"):
+            SK.load_fp32_recorded(p)
 
 
 def test_the_forests_apply_on_their_gpu_only():

@@ -141,7 +141,8 @@ def test_split1_correction_file_is_the_fit_of_the_traced_kernels():
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    ({"version": 2}, "version"), ({"format": "x"}, "format"), ({"device": ""}, "device"),
+    ({"version": 3}, "version"), ({"version": 0}, "version"), ({"software": {}}, "software"),
+    ({"format": "x"}, "format"), ({"device": ""}, "device"),
     ({"features": ["log2_m"]}, "features"), ({"tree": {"log_ratio": float("nan")}}, "log_ratio"),
     ({"tree": {"feature": "log2_q", "threshold": 1, "le": {"log_ratio": 0}, "gt": {"log_ratio": 0}}}, "feature"),
     ({"tree": {"feature": "log2_m", "threshold": 1, "le": {"log_ratio": 0}}}, "split node"),

@@ -631,7 +631,11 @@ def _same_compiler() -> bool:
 # the file the plain model decides.
 CORRECTIONS_FILE = Path(__file__).with_name("normalization_corrections.json")
 CORRECTIONS_FORMAT = "calib.heuristics.normalization.corrections"
-CORRECTIONS_VERSION = 3  # 2: pair_bias; 3: multi-pass classes by loop band (vectors_per_thread_log2)
+CORRECTIONS_VERSION = 4  # 2: pair_bias; 3: multi-pass classes by loop band (vectors_per_thread_log2);
+# 4: "software", the CUDA runtime and CuPy the recordings ran under (predictor.KERNEL_SOFTWARE: NVRTC
+# compiled the kernels whose times were learned); a profile under others gets the plain model. A file
+# of version 2 or 3 is read forward as applying under any software, as it was.
+SOFTWARE_SINCE = 4
 MIN_CLASS_CANDIDATES = 8  # a class with fewer recorded candidates keeps the plain model
 FEW_ROWS_PER_SM = (2, 4)
 FEW_ROWS_MIN_COLS = 4096
@@ -693,11 +697,13 @@ class Corrections:
     source: str = ""
     device: str = ""  # the GPU model the recordings were measured on: applied to its profiles only
     pair_bias: float = 0.0  # log, the two-blocks-per-SM L2-served group's (:func:`in_pair_group`)
+    software: dict | None = None  # what the recordings ran under (None: a file from before it was recorded)
 
     def applies_to(self, q) -> bool:
         """Fitted on one GPU model's recordings, the factors say nothing of another's (or of the
-        simulated device, whose truth is the plain model): only a profile of that GPU gets them."""
-        return P.measured_on(q, self.device)
+        simulated device, whose truth is the plain model): only a profile of that GPU, under the
+        software they were measured with, gets them."""
+        return P.measured_on(q, self.device, self.software, "normalization's corrections")
 
     def log_factor(self, d: NormDescriptor, k) -> float:
         """The class's factor; a multi-pass loop band without one takes its kernel's over every band
@@ -747,6 +753,13 @@ def load_corrections(path) -> Corrections:
     bias = _field(doc, "persistent_bias", (int, float), where)
     pair = _field(doc, "pair_bias", (int, float), where)
     device = _field(doc, "device", str, where)
+    software = None
+    if version >= SOFTWARE_SINCE:
+        software = _field(doc, "software", dict, where)
+        for name in P.KERNEL_SOFTWARE:
+            if not _field(software, name, str, f"{where}, software"):
+                raise CorrectionsError(f"{where}, software: {name!r} must be a non-empty version")
+        software = {name: software[name] for name in P.KERNEL_SOFTWARE}
     factors = {}
     for i, c in enumerate(_field(doc, "classes", list, where)):
         w = f"{where}, classes[{i}]"
@@ -771,7 +784,7 @@ def load_corrections(path) -> Corrections:
     for name, b in (("persistent_bias", bias), ("pair_bias", pair)):
         if not math.isfinite(_float(b)) or not 0 <= b < 1:
             raise CorrectionsError(f"{where}: {name} {b!r} is not in [0, 1)")
-    return Corrections(factors, float(bias), str(p), device, float(pair))
+    return Corrections(factors, float(bias), str(p), device, float(pair), software)
 
 
 @functools.lru_cache(maxsize=None)
@@ -930,6 +943,7 @@ def corrections_document(recordings, note: str = "", device: str = "NVIDIA H200"
     factors, ratio, c, pair_errs = _fit_parts(recorded_samples(recordings), device)
     bias, pair = c.persistent_bias, c.pair_bias
     return {"format": CORRECTIONS_FORMAT, "version": CORRECTIONS_VERSION, "note": note, "device": device,
+            "software": P.recorded_software(p for _r, p in recordings),
             "fitted_on": [{"recording": str(r), "profile": str(p)} for r, p in recordings],
             "statistic": "median log(measured / plain_model_us) per kernel class (multi-pass: per loop band, "
                          f"and over every band as vectors_per_thread_log2 null), >= {MIN_CLASS_CANDIDATES} candidates",

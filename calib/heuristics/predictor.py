@@ -63,13 +63,76 @@ def q_of(profile) -> Callable:
     device = getattr(profile, "device", None)
     name = device.get("name") if isinstance(device, dict) else None
     q.device_name = name if isinstance(name, str) else None
+    software = getattr(profile, "software", None)
+    q.software = dict(software) if isinstance(software, dict) else {}
     return q
 
 
-def measured_on(q, device: str) -> bool:
-    """Whether the profile behind ``q`` is of ``device`` (its fingerprint's name): data measured on
-    one GPU model (a correction fitted on its recordings) applies to that model's profiles only."""
-    return getattr(q, "device_name", None) == device
+# What picks the kernels a recorded correction learned, beside the GPU: the CUDA toolkit CuPy runs
+# on (cuBLAS's kernel heuristics, NVRTC's register allocation) and CuPy (its batched-matmul and
+# reduction paths). Compared at major.minor, the finest the profile records cuda_runtime at; the
+# driver is left out, since it does not choose kernels.
+KERNEL_SOFTWARE = ("cuda_runtime", "cupy")
+_software_warned: set = set()
+
+
+def _major_minor(version: str) -> tuple:
+    return tuple(version.strip().split(".")[:2])
+
+
+def software_differences(q, software: dict | None) -> list[str]:
+    """The KERNEL_SOFTWARE fields that ``software`` (what a correction was fitted under) and the
+    profile behind ``q`` both record and that disagree at major.minor, as "field recorded -> profile"."""
+    current = getattr(q, "software", None) or {}
+    out = []
+    for name in KERNEL_SOFTWARE:
+        was, now = (software or {}).get(name), current.get(name)
+        if isinstance(was, str) and isinstance(now, str) and _major_minor(was) != _major_minor(now):
+            out.append(f"{name} {was} -> {now}")
+    return out
+
+
+def recorded_software(profile_paths) -> dict:
+    """The KERNEL_SOFTWARE every profile at ``profile_paths`` was measured under: what a correction
+    fitted on their recordings records. Recordings under different software (or a profile that does
+    not say) make no one correction: a HeuristicError names them."""
+    from ..profile import load_profile
+    from .registry import HeuristicError
+
+    seen = {}
+    for path in profile_paths:
+        software = load_profile(path, device=None, software=None).software
+        seen[str(path)] = tuple(software.get(name) for name in KERNEL_SOFTWARE)
+    kinds = set(seen.values())
+    if len(kinds) != 1 or not all(isinstance(v, str) and v for v in next(iter(kinds))):
+        raise HeuristicError(f"the recordings' profiles do not all record one {' / '.join(KERNEL_SOFTWARE)}: "
+                             + "; ".join(f"{p}: {v}" for p, v in seen.items()))
+    return dict(zip(KERNEL_SOFTWARE, kinds.pop()))
+
+
+def measured_on(q, device: str, software: dict | None = None, what: str = "a correction") -> bool:
+    """Whether the profile behind ``q`` is of ``device`` (its fingerprint's name) and, where both
+    record it, of the ``software`` the data was measured under: data measured on one GPU model (a
+    correction fitted on its recordings) applies to that model's profiles only, and only while the
+    libraries that chose its kernels are the same. A profile of the GPU under other software warns
+    once (a HeuristicWarning naming ``what``) and gets the plain model; one that records no software
+    is given the benefit of the doubt, as before corrections recorded theirs."""
+    if getattr(q, "device_name", None) != device:
+        return False
+    changed = software_differences(q, software)
+    if changed:
+        key = (what, tuple(changed))
+        if key not in _software_warned:
+            _software_warned.add(key)
+            import warnings
+
+            from .registry import HeuristicWarning
+
+            warnings.warn(f"{what} was fitted on {device} under other software ({'; '.join(changed)}): it is not "
+                          "applied, the plain model predicts (`calib heuristics evaluate` measures how well)",
+                          HeuristicWarning, stacklevel=2)
+        return False
+    return True
 
 
 def q_of_values(values: dict, device: dict | None = None) -> Callable:
@@ -259,6 +322,7 @@ def predict_model(model: Callable, descriptor, knobs, profile, *, ses: dict | No
         return v
 
     q.device_name = base_q.device_name  # a model with data of one GPU model checks it (q_of)
+    q.software = base_q.software
     t = float(model(descriptor, knobs, q))
     contrib, without = {}, []
     for name, value in list(seen.items()):
@@ -271,7 +335,7 @@ def predict_model(model: Callable, descriptor, knobs, profile, *, ses: dict | No
             def qq(n, d=None):
                 return value + delta if n == name else q(n, d)
 
-            qq.device_name = q.device_name
+            qq.device_name, qq.software = q.device_name, q.software
             return float(model(descriptor, knobs, qq))
 
         lo_v = value - se

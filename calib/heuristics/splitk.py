@@ -276,7 +276,16 @@ def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str,
 # read from q.device_name: the choice (rank's q_of) and the evaluation's reported prediction
 # (predictor.predict_model's q, which carries the profile's device name since 593ee04) both take it.
 SPLIT1_FILE = Path(__file__).with_name("splitk_fp32_split1.json")
-SPLIT1_FORMAT, SPLIT1_VERSION = "calib.heuristics.splitk_fp32_split1_correction", 1
+SPLIT1_FORMAT, SPLIT1_VERSION = "calib.heuristics.splitk_fp32_split1_correction", 2
+# Each correction file records, since 2026-12-06 (this file's version 2, the fp16 and fp32 recorded
+# forests' 3, the splits forest's 2), the "software" its recordings ran under: the CUDA runtime and
+# CuPy (predictor.KERNEL_SOFTWARE), which chose the kernels whose times it learned. A profile of the
+# GPU under another CUDA or CuPy (major.minor) gets the plain model and a warning (P.measured_on). An
+# older file, which does not record it, is read forward as applying under any software, as it was.
+SOFTWARE_SINCE = {"calib.heuristics.splitk_fp32_split1_correction": 2,
+                  "calib.heuristics.splitk_fp16_split1_correction": 3,
+                  "calib.heuristics.splitk_fp32_split1_recorded_correction": 3,
+                  "calib.heuristics.splitk_fp32_splits_recorded_correction": 2}
 SPLIT1_FEATURES = ("log2_m", "log2_n", "log2_k", "log2_mn", "log2_k_over_mn", "log2_mnk")
 SPLIT1_TREE_DEPTH, SPLIT1_MIN_LEAF = 6, 10
 LAUNCH_GAP_US = 3.2  # recorded split-1 time minus the traced kernels' (see above)
@@ -315,15 +324,32 @@ def _check_split1(doc, where: str, fmt: str, version: int, features=SPLIT1_FEATU
             raise HeuristicError(f"{where}: {name!r} must be a non-empty string")
     if doc.get("features") != list(features):
         raise HeuristicError(f"{where}: features must be {list(features)}")
-    return doc
+    return dict(doc, software=_check_software(doc, where, version >= SOFTWARE_SINCE.get(fmt, version + 1)))
+
+
+def _check_software(doc: dict, where: str, required: bool) -> dict | None:
+    """The file's "software" ({name: version} of each of predictor.KERNEL_SOFTWARE), or None in a
+    version from before corrections recorded it (which, like any field a version does not have, is
+    not read there)."""
+    software = doc.get("software")
+    if not required:
+        return None
+    if not isinstance(software, dict) or not all(
+            isinstance(software.get(name), str) and software[name] for name in P.KERNEL_SOFTWARE):
+        raise HeuristicError(f"{where}: 'software' must map each of {', '.join(P.KERNEL_SOFTWARE)} to "
+                             "the version its recordings ran under")
+    return {name: software[name] for name in P.KERNEL_SOFTWARE}
 
 
 def load_split1(path=SPLIT1_FILE, fmt: str = SPLIT1_FORMAT, version: int = SPLIT1_VERSION) -> dict:
-    """The fp32 split-1 correction document at ``path``, checked field by field (HeuristicError if bad)."""
+    """The fp32 split-1 correction document at ``path``, checked field by field (HeuristicError if bad);
+    one of the version before (no "software") is read forward."""
     where = f"split-K split-1 correction {path}"
-    doc = _check_split1(_read_split1(path, where), where, fmt, version)
+    raw = _read_split1(path, where)
+    found = raw.get("version") if isinstance(raw, dict) else None
+    doc = _check_split1(raw, where, fmt, version - 1 if found == version - 1 and version > 1 else version)
     _check_node(doc.get("tree"), where)
-    return doc
+    return dict(doc, version=version)
 
 
 def _tree_value(node: dict, x: dict) -> float:
@@ -338,7 +364,7 @@ def split1_log_factor(q, m: int, n: int, k: int) -> float:
     if "doc" not in _split1:
         _split1["doc"] = load_split1() if SPLIT1_FILE.exists() else None
     doc = _split1["doc"]
-    if doc is None or not P.measured_on(q, doc["device"]):
+    if doc is None or not P.measured_on(q, doc["device"], doc["software"], "split-K's fp32 split-1 correction"):
         return 0.0
     return min(0.0, _tree_value(doc["tree"], _features(m, n, k)))
 
@@ -371,10 +397,10 @@ def split1_log_factor(q, m: int, n: int, k: int) -> float:
 # 3.79/3.64/4.04%.
 FOREST_TREES, FOREST_DEPTH, FOREST_MIN_LEAF = 50, 10, 5  # both forests'
 FP16_SPLIT1_FILE = Path(__file__).with_name("splitk_fp16_split1.json.gz")
-FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION = "calib.heuristics.splitk_fp16_split1_correction", 2
+FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION = "calib.heuristics.splitk_fp16_split1_correction", 3
 # Version 2 (2026-12-04): a forest, "trees" (bagged: each tree fitted on a bootstrap sample of the
 # examples, the correction their mean) and "bootstrap_seed"; version 1 held one "tree", read as a
-# forest of that one tree.
+# forest of that one tree. Version 3 (2026-12-06): "software" (SOFTWARE_SINCE).
 FOREST_MAX_TREES = 500
 _fp16_split1: dict = {}
 
@@ -383,7 +409,8 @@ def load_fp16_split1(path=FP16_SPLIT1_FILE) -> dict:
     """The fp16 split-1 correction at ``path``, checked field by field, its ``recordings`` too
     (pairs of an evaluation and the profile it read, paths from the repository's root); a version-1
     file (one tree) comes back as version 2's forest of one."""
-    return load_forest(path, FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION, one_tree_version=1)
+    return load_forest(path, FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION, one_tree_version=1,
+                       older={2: SPLIT1_FEATURES})
 
 
 def load_forest(path, fmt: str, version: int, one_tree_version: int | None = None, features=SPLIT1_FEATURES,
@@ -428,7 +455,7 @@ def _forest_log_factor(cache: dict, path: Path, load, q, features_of) -> float:
     if "doc" not in cache:
         cache["doc"] = load() if path.exists() else None
     doc = cache["doc"]
-    if doc is None or not P.measured_on(q, doc["device"]):
+    if doc is None or not P.measured_on(q, doc["device"], doc["software"], f"split-K's correction {path.name}"):
         return 0.0
     from .forest import forest_value
 
@@ -507,7 +534,7 @@ def fit_forest(xs: list, ys: list, n_trees: int = FOREST_TREES, seed: int = 0, f
 # features are -1, as for the shapes Lt is never asked about. A version-1 file (shape features only) is
 # read as it is. With FP32_SPLITS_FILE and the margins chosen again, held out: see SPLIT_MARGIN.
 FP32_RECORDED_FILE = Path(__file__).with_name("splitk_fp32_split1_recorded.json.gz")
-FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION = "calib.heuristics.splitk_fp32_split1_recorded_correction", 2
+FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION = "calib.heuristics.splitk_fp32_split1_recorded_correction", 3
 _fp32_recorded: dict = {}
 # Lt's answer for a GEMM as features of a forest: -1 each where none is known (not asked, or no GPU).
 LT_FEATURES = ("lt_algo", "lt_log2_tile_m", "lt_log2_tile_n", "lt_log2_split", "lt_waves", "lt_custom")
@@ -538,7 +565,7 @@ def load_fp32_recorded(path=FP32_RECORDED_FILE) -> dict:
     """The fp32 recorded-time forest at ``path``, checked field by field (as fp16's); version 1
     (shape features only) is read forward as it is."""
     return load_forest(path, FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION, features=FP32_SPLIT1_FEATURES,
-                       older={1: SPLIT1_FEATURES})
+                       older={1: SPLIT1_FEATURES, 2: FP32_SPLIT1_FEATURES})
 
 
 def fp32_recorded_log_factor(q, m: int, n: int, k: int) -> float:
@@ -570,13 +597,14 @@ def fit_fp32_recorded_trees(recorded, n_trees: int = FOREST_TREES, seed: int = 0
 # split-1 forest alone were as often a split's own misprediction as split 1's (32x6544x7680 split 32
 # predicted 284 us, ran 116), and a margin cannot tell the two apart.
 FP32_SPLITS_FILE = Path(__file__).with_name("splitk_fp32_splits_recorded.json.gz")
-FP32_SPLITS_FORMAT, FP32_SPLITS_VERSION = "calib.heuristics.splitk_fp32_splits_recorded_correction", 1
+FP32_SPLITS_FORMAT, FP32_SPLITS_VERSION = "calib.heuristics.splitk_fp32_splits_recorded_correction", 2
 _fp32_splits: dict = {}
 
 
 def load_fp32_splits(path=FP32_SPLITS_FILE) -> dict:
     """The fp32 splits' recorded-time forest at ``path`` (gzip-compressed or plain), checked field by field."""
-    return load_forest(path, FP32_SPLITS_FORMAT, FP32_SPLITS_VERSION, features=FP32_SPLITS_FEATURES)
+    return load_forest(path, FP32_SPLITS_FORMAT, FP32_SPLITS_VERSION, features=FP32_SPLITS_FEATURES,
+                       older={1: FP32_SPLITS_FEATURES})
 
 
 def fp32_splits_log_factor(q, m: int, n: int, k: int, split: int) -> float:

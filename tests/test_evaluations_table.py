@@ -1,0 +1,52 @@
+"""bench/evaluations_table.py: the table a results README carries, read off the recorded evaluations,
+and its exit status naming the runs that miss a bar."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import evaluations_table as T  # noqa: E402
+
+S12C4 = ROOT / "bench" / "results" / "2026-12-04-h200-heuristics-s12c4"
+
+
+def test_the_table_of_session_12_call_4_is_the_one_its_readme_carries(capsys):
+    assert T.main([str(S12C4)]) == 1  # seed 63 missed the worst case
+    out = capsys.readouterr().out
+    readme = (S12C4 / "README.md").read_text()
+    for label in ("geomean", "worst", "memory-bound median", "all problems median", "static baseline geomean"):
+        row = next(line for line in out.splitlines() if line.startswith(f"| {label} |"))
+        assert row in readme
+    assert "8 of 9 meet every bar\n  splitk-seed63: worst 0.838" in out
+
+
+def test_runs_sort_by_seed_and_read_gzipped_evaluations(tmp_path):
+    import gzip
+
+    for seed in (10, 9):
+        (tmp_path / f"splitk-seed{seed}").mkdir()
+    shutil.copy(S12C4 / "splitk-seed55" / "heuristics-matmul_splitk.json", tmp_path / "splitk-seed10")
+    src = (S12C4 / "splitk-seed56" / "heuristics-matmul_splitk.json").read_bytes()
+    (tmp_path / "splitk-seed9" / "heuristics-matmul_splitk.json.gz").write_bytes(gzip.compress(src))
+    names = [n for n, _ in T.runs(tmp_path, "matmul_splitk")]
+    assert names == ["splitk-seed9", "splitk-seed10"]
+
+
+def test_a_run_that_stopped_short_misses_a_bar():
+    res = json.loads((S12C4 / "splitk-seed56" / "heuristics-matmul_splitk.json").read_text())
+    assert T.misses(res) == []
+    short = dict(res, evaluated=97, failed=3)
+    assert T.misses(short) == ["evaluated 97 of 100, failed 3, choice failed 0"]
+    slow = dict(res, summary=dict(res["summary"], heuristic=dict(res["summary"]["heuristic"], geomean_efficiency=0.96)))
+    assert T.misses(slow) == ["geomean 0.960"]
+
+
+def test_a_folder_without_evaluations_is_an_error(tmp_path, capsys):
+    assert T.main([str(tmp_path)]) == 1
+    assert "no heuristics-matmul_splitk.json" in capsys.readouterr().err

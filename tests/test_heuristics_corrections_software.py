@@ -1,0 +1,152 @@
+"""The corrections learned from H200 recordings (split-K's four files, normalization's) apply only to a
+profile of that GPU measured under the CUDA runtime and CuPy the recordings ran under: cuBLAS's kernel
+choices and NVRTC's register allocation are what they learned, and another CUDA changes both. Under
+other software the plain model predicts, with one warning; a file from before corrections recorded
+their software is read forward as applying under any."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from calib.heuristics import cublaslt as CL
+from calib.heuristics import normalization as N
+from calib.heuristics import predictor as P
+from calib.heuristics import splitk as SK
+from calib.heuristics.registry import HeuristicError, HeuristicWarning
+from calib.profile import load_profile
+
+sys.path.insert(0, str(Path(__file__).parent))
+from h200_recordings import TRAINING, R  # noqa: E402
+
+ROOT = R.parents[1]
+RECORDED = {"cuda_runtime": "13.2", "cupy": "14.2.0"}
+
+
+@pytest.fixture(autouse=True)
+def fresh_state(fresh_cublaslt_state, monkeypatch):
+    """cuBLASLt's state and the software warnings already given, empty for each test."""
+    monkeypatch.setattr(P, "_software_warned", set())
+
+
+def _profile(**software):
+    """The profile a training evaluation read, its software replaced by ``software`` where given."""
+    profile = load_profile(R / TRAINING["1000"][2], device=None, software=None)
+    if software:
+        profile.software = dict(profile.software, **software)
+    return profile
+
+
+def _split_k_factors(q) -> tuple:
+    with warnings.catch_warnings(), CL.use_oracle({}):
+        warnings.simplefilter("ignore", RuntimeWarning)  # the empty oracle's "no cuBLASLt choice"
+        return (SK.split1_log_factor(q, 288, 1408, 22784), SK.fp16_split1_log_factor(q, 64, 4096, 4096),
+                SK.fp32_recorded_log_factor(q, 16, 816, 6656), SK.fp32_splits_log_factor(q, 16, 816, 6656, 8))
+
+
+def test_every_shipped_correction_records_the_software_of_its_recordings():
+    assert _profile().software["cuda_runtime"] == RECORDED["cuda_runtime"]
+    for load in (SK.load_split1, SK.load_fp16_split1, SK.load_fp32_recorded, SK.load_fp32_splits):
+        assert load()["software"] == RECORDED
+    assert N.load_corrections(N.CORRECTIONS_FILE).software == RECORDED
+
+
+def test_split_k_corrections_apply_under_their_software_and_a_patch_release():
+    assert all(f != 0.0 for f in _split_k_factors(P.q_of(_profile())))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HeuristicWarning)
+        patched = _split_k_factors(P.q_of(_profile(cuda_runtime="13.2.1", cupy="14.2.3")))
+    assert patched == _split_k_factors(P.q_of(_profile()))
+
+
+@pytest.mark.parametrize("software", [{"cuda_runtime": "12.8"}, {"cuda_runtime": "13.3"}, {"cupy": "15.0.0"}])
+def test_split_k_corrections_give_way_to_the_plain_model_under_other_software(software):
+    q = P.q_of(_profile(**software))
+    with pytest.warns(HeuristicWarning, match="other software") as caught:
+        assert _split_k_factors(q) == (0.0, 0.0, 0.0, 0.0)
+    named = next(iter(software))
+    assert all(named in str(w.message) for w in caught)
+    d = SK.SplitKDescriptor(16, 816, 6656, "float32")
+    with warnings.catch_warnings(), CL.use_oracle({}):
+        warnings.simplefilter("ignore")
+        plain = SK.split1_fp32_us(q, 16, 816, 6656)
+        assert SK.model_us(d, {"split": 1}, q) == pytest.approx(plain)
+
+
+def test_the_warning_is_given_once_per_correction_and_change():
+    q = P.q_of(_profile(cuda_runtime="12.8"))
+    with pytest.warns(HeuristicWarning) as first:
+        _split_k_factors(q)
+    assert len(first) == 4  # one per file
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HeuristicWarning)
+        _split_k_factors(q)
+
+
+def test_a_profile_that_records_no_software_still_gets_its_gpus_corrections():
+    profile = _profile()
+    profile.software = {}
+    assert all(f != 0.0 for f in _split_k_factors(P.q_of(profile)))
+
+
+def test_an_older_forest_without_software_is_read_forward_for_any_software(tmp_path, monkeypatch):
+    raw = SK._read_split1(SK.FP16_SPLIT1_FILE, "fp16 forest")
+    old = {k: v for k, v in raw.items() if k != "software"}
+    p = tmp_path / "fp16-v2.json"
+    p.write_text(json.dumps(dict(old, version=2)))
+    doc = SK.load_fp16_split1(p)
+    assert doc["version"] == SK.FP16_SPLIT1_VERSION and doc["software"] is None and doc["trees"] == raw["trees"]
+    monkeypatch.setattr(SK, "_fp16_split1", {"doc": doc})  # what the shipped file's place would load
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HeuristicWarning)
+        assert SK.fp16_split1_log_factor(P.q_of(_profile(cuda_runtime="12.8")), 64, 4096, 4096) != 0.0
+    p.write_text(json.dumps(dict(old, version=SK.FP16_SPLIT1_VERSION)))  # the current version must say
+    with pytest.raises(HeuristicError, match="software"):
+        SK.load_fp16_split1(p)
+
+
+def test_normalization_corrections_apply_under_their_software_only():
+    c = N.load_corrections(N.CORRECTIONS_FILE)
+    assert c.applies_to(P.q_of(_profile()))
+    with pytest.warns(HeuristicWarning, match="normalization's corrections.*cuda_runtime 13.2 -> 12.6"):
+        assert not c.applies_to(P.q_of(_profile(cuda_runtime="12.6")))
+    assert N.corrections_for(P.q_of(_profile(cuda_runtime="12.6"))) is None
+
+
+def test_normalization_corrections_of_version_3_read_forward_and_version_4_must_say(tmp_path):
+    doc = json.loads(N.CORRECTIONS_FILE.read_text())
+    old = {k: v for k, v in doc.items() if k != "software"}
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(dict(old, version=3)))
+    c = N.load_corrections(p)
+    assert c.software is None and c.applies_to(P.q_of(_profile(cuda_runtime="12.6")))
+    for software in (None, {"cuda_runtime": "13.2"}, {"cuda_runtime": "", "cupy": "14.2.0"}, "13.2"):
+        p.write_text(json.dumps(dict(old, software=software)))
+        with pytest.raises(N.CorrectionsError, match="software"):
+            N.load_corrections(p)
+
+
+def test_recordings_under_different_software_make_no_one_correction(tmp_path):
+    a = json.loads((R / TRAINING["1000"][2]).read_text())
+    paths = []
+    for i, cuda in enumerate(("13.2", "12.8")):
+        paths.append(tmp_path / f"p{i}.json")
+        paths[-1].write_text(json.dumps(dict(a, software=dict(a["software"], cuda_runtime=cuda))))
+    assert P.recorded_software(paths[:1]) == RECORDED
+    with pytest.raises(HeuristicError, match=r"p1\.json.*12\.8"):
+        P.recorded_software(paths)
+    paths[1].write_text(json.dumps(dict(a, software={"calib": "0.1.0"})))
+    with pytest.raises(HeuristicError, match="cuda_runtime / cupy"):
+        P.recorded_software(paths)
+
+
+def test_a_version_part_that_is_not_a_number_is_compared_as_text():
+    q = P.q_of(_profile(cuda_runtime="13.2"))
+    assert P.software_differences(q, {"cuda_runtime": "13.2", "cupy": "14.2.0"}) == []
+    assert P.software_differences(q, {"cuda_runtime": "13.x"}) == ["cuda_runtime 13.x -> 13.2"]
+    assert P.software_differences(q, {"cuda_runtime": 13.2}) == []  # not a version string: not compared
+    assert P.software_differences(lambda n, d=None: d, RECORDED) == []  # a q that carries no software
