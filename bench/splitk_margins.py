@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from calib.heuristics import cublaslt as CL  # noqa: E402
 from calib.heuristics import splitk as SK  # noqa: E402
 from calib.heuristics.forest import forest_value  # noqa: E402
-import fit_fp16_split1 as F  # noqa: E402
+import fit_splitk_forests as F  # noqa: E402
 from h200_recordings import FOCUS, TRAINING  # noqa: E402
 
 

@@ -29,7 +29,7 @@ from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import fit_fp16_split1  # noqa: E402
+import fit_splitk_forests  # noqa: E402
 from h200_recordings import FOLDERS, TRAINING, R, recordings  # noqa: E402
 from test_heuristics_live_h200 import SHIPPED, UNSEEN  # noqa: E402
 
@@ -56,15 +56,15 @@ def oracle():
 
 
 def _loaded(recs):
-    return fit_fp16_split1.loaded(recs)
+    return fit_splitk_forests.loaded(recs)
 
 
 def test_the_correction_file_is_the_fit_of_the_recordings_it_names():
     doc = SK.load_fp16_split1()
     assert doc["device"] == "NVIDIA H200" and doc["version"] == SK.FP16_SPLIT1_VERSION and doc["bootstrap_seed"] == 0
-    recorded = fit_fp16_split1.software_of(doc["recordings"])
+    recorded = fit_splitk_forests.software_of(doc["recordings"])
     assert doc["software"] == recorded == {"cuda_runtime": "13.2", "cupy": "14.2.0"}
-    assert doc["recordings"] == fit_fp16_split1.recordings()  # FOLDERS, then TRAINING
+    assert doc["recordings"] == fit_splitk_forests.recordings()  # FOLDERS, then TRAINING
     assert len(doc["recordings"]) == len(FOLDERS) + len(TRAINING)
     assert len(doc["trees"]) == SK.FOREST_TREES
     assert SK.fit_fp16_split1_trees(_loaded(doc["recordings"])) == doc["trees"]

@@ -35,7 +35,7 @@ from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import fit_fp16_split1  # noqa: E402
+import fit_splitk_forests  # noqa: E402
 from conftest import SESSION12_FP32_FOREST  # noqa: E402
 from h200_recordings import FOCUS, FOLDERS, TRAINING, R, assert_meets_every_bar, recordings  # noqa: E402
 
@@ -54,18 +54,19 @@ FILES = {"split1": (SK.FP32_RECORDED_FILE, SK.load_fp32_recorded, SK.fit_fp32_re
 @pytest.fixture(scope="module")
 def recorded():
     """(rows, q, oracle) of every recording both forests are fitted on, by name."""
-    return dict(zip([*TRAINING, *FOCUS], fit_fp16_split1.loaded_with_answers(fit_fp16_split1.fp32_recordings())))
+    F = fit_splitk_forests
+    return dict(zip([*TRAINING, *FOCUS], F.loaded_with_answers(F.fp32_recordings())))
 
 
 @pytest.mark.parametrize("which", FILES)
 def test_each_forest_file_is_the_fit_of_its_recordings(which, recorded):
     """The file names the training and focused evaluations and its first trees are their fit (each tree
     is fitted on its own bootstrap sample, drawn in turn: the first two are refitted here, bench/
-    fit_fp16_split1.py --check refits all fifty)."""
+    fit_splitk_forests.py --check refits all fifty)."""
     path, load, fit, features = FILES[which]
     doc = load()
     assert doc["device"] == "NVIDIA H200" and doc["bootstrap_seed"] == 0 and len(doc["trees"]) == SK.FOREST_TREES
-    assert doc["recordings"] == fit_fp16_split1.fp32_recordings()
+    assert doc["recordings"] == fit_splitk_forests.fp32_recordings()
     assert len(doc["recordings"]) == len(TRAINING) + len(FOCUS) and doc["features"] == list(features)
     assert json.loads(json.dumps(fit(list(recorded.values()), n_trees=2))) == doc["trees"][:2]
     used = set()
@@ -148,7 +149,7 @@ def test_a_focused_seed_held_out_loses_fewer_problems_than_with_session_12s_fore
     a memory-bound fp32 median no higher."""
     monkeypatch.setitem(SK._fp16_split1, "doc", None)  # no fp16 here
     rest = [v for n, v in recorded.items() if n != "f2002"]
-    path, prof = (ROOT / p for p in fit_fp16_split1.fp32_recordings()[[*TRAINING, *FOCUS].index("f2002")])
+    path, prof = (ROOT / p for p in fit_splitk_forests.fp32_recordings()[[*TRAINING, *FOCUS].index("f2002")])
     profile = load_profile(prof, device=None, software=None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

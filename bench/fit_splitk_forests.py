@@ -2,7 +2,7 @@
 (calib/heuristics/splitk_fp16_split1.json.gz) and fp32's two, split 1's
 (calib/heuristics/splitk_fp32_split1_recorded.json.gz) and the splits' (…/splitk_fp32_splits_recorded.json.gz).
 
-    python3 bench/fit_fp16_split1.py [--check]
+    python3 bench/fit_splitk_forests.py [--check]
 
 splitk.fit_fp16_split1_trees (a bagged forest) over the fp16 split-1 times of every H200 recording in
 tests/h200_recordings.FOLDERS and of the training evaluations (h200_recordings.TRAINING), each plain
@@ -90,7 +90,7 @@ def document() -> dict:
                       f"at least {SK.FOREST_MIN_LEAF} problems a leaf) over the recorded fp16 split-1 times, "
                       f"log(recorded / plain model), of the {len(recs)} H200 evaluations below "
                       "(tests/h200_recordings.FOLDERS and TRAINING), each plain model with the profile its "
-                      "evaluation read; bench/fit_fp16_split1.py",
+                      "evaluation read; bench/fit_splitk_forests.py",
             "features": list(SK.SPLIT1_FEATURES), "recordings": recs, "bootstrap_seed": 0, "trees": fitted(recs)}
 
 
@@ -100,7 +100,7 @@ def _fp32_forest_document(fmt, version, fit, features, source, recorded=None) ->
     recs = fp32_recordings()
     return {"format": fmt, "version": version, "device": "NVIDIA H200", "software": software_of(recs),
             "source": f"{fit.__name__} ({SK.FOREST_TREES} trees on bootstrap samples, depth {SK.FOREST_DEPTH}, "
-                      f"at least {SK.FOREST_MIN_LEAF} {source.format(n=len(recs))}; bench/fit_fp16_split1.py",
+                      f"at least {SK.FOREST_MIN_LEAF} {source.format(n=len(recs))}; bench/fit_splitk_forests.py",
             "features": list(features), "recordings": recs, "bootstrap_seed": 0,
             "trees": fit(recorded or loaded_with_answers(recs))}
 
