@@ -20,7 +20,9 @@
 #   verify         bench/verify_h200.sh (calib verify, idle and beside a competing load)
 #   heuristics     bench/heuristics_h200.sh (heuristics against exhaustive search)
 #   heuristics-seedN  the same on the problem set of seed N, into heuristics-seedN/
-#   splitk-seedN   split-K's evaluation alone, SK_COUNT (1000) problems of seed N, into splitk-seedN/
+#   splitk-seedN   split-K's evaluation alone, SK_COUNT (1000) problems of seed N, into splitk-seedN/;
+#                  SK_PROFILE=PATH reads that profile (e.g. /tmp/bench-quick/profile.json after `quick`:
+#                  this GPU's own) instead of the lookup order's
 #   splitk-focusN  the same on SKF_COUNT (1000) fp32 problems of at most 64 output rows
 #                  (bench/splitk_focus.py; SKF_BUDGET_S, SKF_TIMEOUT as SK_*)
 #   verify-shipped calib verify --profile profiles/nvidia-h200.json (default thresholds)
@@ -84,6 +86,7 @@ for s in "${@:-quick}"; do
       seed=${s#splitk-seed}; mkdir -p "$res/$s"
       step "$s" "${SK_TIMEOUT:-200}" python3 -m calib heuristics evaluate --kind matmul_splitk --backend cupy \
         --count "${SK_COUNT:-1000}" --seed "$seed" --max-bytes 1.0e9 --budget-s "${SK_BUDGET_S:-170}" \
+        ${SK_PROFILE:+--profile "$SK_PROFILE"} \
         --db "sqlite:////dev/shm/calib-splitk-$seed.sqlite" --out "$res/$s/heuristics-matmul_splitk" --progress ;;
     splitk-focus*)  # split-K alone on SKF_COUNT fp32 problems of at most 64 rows drawn from seed N
       # (bench/splitk_focus.py: where its worst cases live; training data, seeds >= 2000)
