@@ -21,8 +21,9 @@
 #   heuristics     bench/heuristics_h200.sh (heuristics against exhaustive search)
 #   heuristics-seedN  the same on the problem set of seed N, into heuristics-seedN/
 #   splitk-seedN   split-K's evaluation alone, SK_COUNT (1000) problems of seed N, into splitk-seedN/;
-#                  SK_PROFILE=PATH reads that profile (e.g. /tmp/bench-quick/profile.json after `quick`:
-#                  this GPU's own) instead of the lookup order's
+#                  SK_PROFILE=PATH reads that profile (e.g. /tmp/bench-quick/profile.json after `quick`
+#                  in the same call: this GPU's own; a warm machine keeps an earlier call's there, so
+#                  ask for `quick` first) instead of the lookup order's
 #   splitk-focusN  the same on SKF_COUNT (1000) fp32 problems of at most 64 output rows
 #                  (bench/splitk_focus.py; SKF_BUDGET_S, SKF_TIMEOUT as SK_*)
 #   verify-shipped calib verify --profile profiles/nvidia-h200.json (default thresholds)

@@ -36,26 +36,45 @@ def runs(folder: Path, kind: str) -> list[tuple[str, dict]]:
     return [r for _, r in sorted(zip(key, out), key=lambda kr: (kr[0], kr[1][0]))]
 
 
+def _get(res: dict, *keys):
+    """res[k0][k1]..., or None where the evaluation does not record it (a group without problems
+    records only its count, a run stopped before any problem no summary)."""
+    for k in keys:
+        res = res.get(k) if isinstance(res, dict) else None
+    return res
+
+
 def misses(res: dict) -> list[str]:
-    """The bars ``res`` misses, each named with its value."""
-    h, b = res["summary"]["heuristic"], res["summary"]["baseline"]
-    mb = res["prediction"]["memory_bound"]["median_abs_rel_error"]
-    every = res["prediction"]["all"]["median_abs_rel_error"]
+    """The bars ``res`` misses, each named with its value (a value not recorded misses its bar)."""
+    geo = _get(res, "summary", "heuristic", "geomean_efficiency")
+    worst = _get(res, "summary", "heuristic", "worst_efficiency")
+    base = _get(res, "summary", "baseline", "geomean_efficiency")
+    failed = _get(res, "summary", "heuristic", "choice_failed")
+    mb = _get(res, "prediction", "memory_bound", "median_abs_rel_error")
+    every = _get(res, "prediction", "all", "median_abs_rel_error")
     out = []
-    if res["evaluated"] != res["problems"] or res["failed"] or h["choice_failed"] or res.get("stopped_early"):
-        out.append(f"evaluated {res['evaluated']} of {res['problems']}, failed {res['failed']}, choice failed "
-                   f"{h['choice_failed']}{', stopped early' if res.get('stopped_early') else ''}")
-    if h["geomean_efficiency"] < 0.97:
-        out.append(f"geomean {h['geomean_efficiency']:.3f}")
-    if h["worst_efficiency"] < 0.85:
-        out.append(f"worst {h['worst_efficiency']:.3f}")
-    if h["geomean_efficiency"] <= b["geomean_efficiency"]:
-        out.append(f"baseline {b['geomean_efficiency']:.3f} ahead")
+    if res.get("evaluated") != res.get("problems") or res.get("failed") or failed or res.get("stopped_early"):
+        out.append(f"evaluated {res.get('evaluated')} of {res.get('problems')}, failed {res.get('failed')}, "
+                   f"choice failed {failed}{', stopped early' if res.get('stopped_early') else ''}")
+    if geo is None or geo < 0.97:
+        out.append(f"geomean {_fmt(geo)}")
+    if worst is None or worst < 0.85:
+        out.append(f"worst {_fmt(worst)}")
+    if geo is None or base is None or geo <= base:
+        out.append(f"baseline {_fmt(base)} not behind")
     if mb is None or mb > 0.05:
-        out.append(f"memory-bound median {mb}")
+        out.append(f"memory-bound median {_pct(mb)}")
     if every is None or every > 0.10:
-        out.append(f"all-problems median {every}")
+        out.append(f"all-problems median {_pct(every)}")
     return out
+
+
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
 
 
 def table(rows: list[tuple[str, dict]]) -> str:
@@ -64,19 +83,20 @@ def table(rows: list[tuple[str, dict]]) -> str:
     def line(label, cells):
         return f"| {label} | " + " | ".join(cells) + " |"
 
-    def pct(v):
-        return "-" if v is None else f"{100 * v:.1f}%"
+    def worst(r):
+        v = _get(r, "summary", "heuristic", "worst_efficiency")
+        return f"**{_fmt(v)}**" if v is None or v < 0.85 else _fmt(v)
 
     out = [line("seed", seeds), "|---" * (len(rows) + 1) + "|"]
-    failed = [r["failed"] + r["summary"]["heuristic"]["choice_failed"] for _, r in rows]
-    out.append(line("evaluated / failed", [f"{r['evaluated']} / {f}" for (_, r), f in zip(rows, failed)]))
-    out.append(line("geomean", [f"{r['summary']['heuristic']['geomean_efficiency']:.3f}" for _, r in rows]))
-    out.append(line("worst", [("**{:.3f}**" if r["summary"]["heuristic"]["worst_efficiency"] < 0.85 else "{:.3f}")
-                              .format(r["summary"]["heuristic"]["worst_efficiency"]) for _, r in rows]))
-    out.append(line("memory-bound median", [pct(r["prediction"]["memory_bound"]["median_abs_rel_error"])
+    failed = [(r.get("failed") or 0) + (_get(r, "summary", "heuristic", "choice_failed") or 0) for _, r in rows]
+    out.append(line("evaluated / failed", [f"{r.get('evaluated')} / {f}" for (_, r), f in zip(rows, failed)]))
+    out.append(line("geomean", [_fmt(_get(r, "summary", "heuristic", "geomean_efficiency")) for _, r in rows]))
+    out.append(line("worst", [worst(r) for _, r in rows]))
+    out.append(line("memory-bound median", [_pct(_get(r, "prediction", "memory_bound", "median_abs_rel_error"))
                                             for _, r in rows]))
-    out.append(line("all problems median", [pct(r["prediction"]["all"]["median_abs_rel_error"]) for _, r in rows]))
-    out.append(line("static baseline geomean", [f"{r['summary']['baseline']['geomean_efficiency']:.3f}"
+    out.append(line("all problems median", [_pct(_get(r, "prediction", "all", "median_abs_rel_error"))
+                                            for _, r in rows]))
+    out.append(line("static baseline geomean", [_fmt(_get(r, "summary", "baseline", "geomean_efficiency"))
                                                 for _, r in rows]))
     return "\n".join(out)
 

@@ -54,7 +54,7 @@ def recordings() -> list[list[str]]:
 
 def software_of(recs) -> dict:
     """The software every recording's profile ran under (predictor.recorded_software)."""
-    return recorded_software(ROOT / prof for _ev, prof in recs)
+    return recorded_software((ROOT / ev, ROOT / prof) for ev, prof in recs)
 
 
 def loaded(recs) -> list[tuple]:

@@ -45,6 +45,20 @@ def test_a_run_that_stopped_short_misses_a_bar():
     assert T.misses(short) == ["evaluated 97 of 100, failed 3, choice failed 0"]
     slow = dict(res, summary=dict(res["summary"], heuristic=dict(res["summary"]["heuristic"], geomean_efficiency=0.96)))
     assert T.misses(slow) == ["geomean 0.960"]
+    behind = dict(res, summary=dict(res["summary"], baseline=dict(res["summary"]["baseline"], geomean_efficiency=1.0)))
+    assert T.misses(behind) == ["baseline 1.000 not behind"]
+
+
+def test_what_an_evaluation_does_not_record_misses_its_bar_and_prints_as_a_dash():
+    """A group without problems records only its count, a run stopped before any problem no summary."""
+    res = json.loads((S12C4 / "splitk-seed56" / "heuristics-matmul_splitk.json").read_text())
+    no_mb = dict(res, prediction=dict(res["prediction"], memory_bound={"n": 0}))
+    assert T.misses(no_mb) == ["memory-bound median -"]
+    empty = {"problems": 100, "evaluated": 0, "failed": 0, "stopped_early": "budget", "prediction": {"all": {"n": 0}}}
+    assert T.misses(empty) == ["evaluated 0 of 100, failed 0, choice failed None, stopped early", "geomean -",
+                               "worst -", "baseline - not behind", "memory-bound median -", "all-problems median -"]
+    out = T.table([("splitk-seed1", no_mb), ("splitk-seed2", empty)])
+    assert "| memory-bound median | - | - |" in out and "| worst | 0.977 | **-** |" in out
 
 
 def test_a_folder_without_evaluations_is_an_error(tmp_path, capsys):

@@ -49,10 +49,16 @@ def _split_k_factors(q) -> tuple:
 
 
 def test_every_shipped_correction_records_the_software_of_its_recordings():
-    assert _profile().software["cuda_runtime"] == RECORDED["cuda_runtime"]
-    for load in (SK.load_split1, SK.load_fp16_split1, SK.load_fp32_recorded, SK.load_fp32_splits):
-        assert load()["software"] == RECORDED
-    assert N.load_corrections(N.CORRECTIONS_FILE).software == RECORDED
+    """Each file's "software" is what its own recordings ran under (their evaluations and profiles;
+    the fp32 tree's traces were taken beside the profile it names)."""
+    for load in (SK.load_fp16_split1, SK.load_fp32_recorded, SK.load_fp32_splits):
+        doc = load()
+        assert doc["software"] == P.recorded_software((ROOT / e, ROOT / p) for e, p in doc["recordings"]) == RECORDED
+    tree = SK.load_split1()
+    assert tree["software"] == P.recorded_software([(ROOT / tree["kernels"], ROOT / tree["profile"])])
+    fitted = json.loads(N.CORRECTIONS_FILE.read_text())["fitted_on"]
+    assert N.load_corrections(N.CORRECTIONS_FILE).software == P.recorded_software(
+        (ROOT / r["recording"], ROOT / r["profile"]) for r in fitted) == RECORDED
 
 
 def test_split_k_corrections_apply_under_their_software_and_a_patch_release():
@@ -132,16 +138,55 @@ def test_normalization_corrections_of_version_3_read_forward_and_version_4_must_
 
 def test_recordings_under_different_software_make_no_one_correction(tmp_path):
     a = json.loads((R / TRAINING["1000"][2]).read_text())
+    ev = tmp_path / "ev.json"
+    ev.write_text(json.dumps({"software": {"cuda_runtime": "13.2", "cupy": "14.2.0", "driver": "x"}}))
     paths = []
     for i, cuda in enumerate(("13.2", "12.8")):
         paths.append(tmp_path / f"p{i}.json")
         paths[-1].write_text(json.dumps(dict(a, software=dict(a["software"], cuda_runtime=cuda))))
-    assert P.recorded_software(paths[:1]) == RECORDED
+    assert P.recorded_software([(ev, paths[0])]) == RECORDED
     with pytest.raises(HeuristicError, match=r"p1\.json.*12\.8"):
-        P.recorded_software(paths)
+        P.recorded_software([(_no_software(tmp_path), paths[0]), (_no_software(tmp_path), paths[1])])
+    with pytest.raises(HeuristicError, match=r"ev\.json ran under other software.*cuda_runtime 12\.8 -> 13\.2"):
+        P.recorded_software([(ev, paths[1])])  # an evaluation that read a profile measured elsewhere
     paths[1].write_text(json.dumps(dict(a, software={"calib": "0.1.0"})))
     with pytest.raises(HeuristicError, match="cuda_runtime / cupy"):
-        P.recorded_software(paths)
+        P.recorded_software([(ev, paths[0]), (_no_software(tmp_path), paths[1])])
+
+
+def _no_software(tmp_path):
+    """An evaluation from before evaluations recorded their software (2026-12-01's)."""
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps({"kind": "matmul_splitk"}))
+    return p
+
+
+def test_a_process_running_other_software_does_not_take_the_corrections(monkeypatch):
+    """A live heuristic's kernels are this process's: with CuPy imported under CUDA 12.8, a profile
+    recorded under 13.2 (the shipped one, on a host that was upgraded or downgraded) gets the plain model."""
+    import types
+
+    runtime = types.SimpleNamespace(runtimeGetVersion=lambda: 12080)
+    fake = types.SimpleNamespace(__version__="14.2.0", cuda=types.SimpleNamespace(runtime=runtime))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    assert P.running_software() == {"cuda_runtime": "12.8", "cupy": "14.2.0"}
+    with pytest.warns(HeuristicWarning, match="this process's cuda_runtime 13.2 -> 12.8"):
+        assert _split_k_factors(P.q_of(_profile())) == (0.0, 0.0, 0.0, 0.0)
+    runtime.runtimeGetVersion = lambda: 13020
+    assert all(f != 0.0 for f in _split_k_factors(P.q_of(_profile())))
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(__version__="14.2.0"))  # no runtime to ask
+    assert P.running_software() == {}
+
+
+def test_the_read_recorder_carries_the_profiles_software():
+    """evaluate runs each heuristic through a ReadRecorder (its parameters_read): the guard must see
+    through it."""
+    from calib.heuristics.registry import ReadRecorder
+
+    q = P.q_of(ReadRecorder(_profile(cuda_runtime="12.8")))
+    assert q.software["cuda_runtime"] == "12.8"
+    with pytest.warns(HeuristicWarning, match="cuda_runtime 13.2 -> 12.8"):
+        assert _split_k_factors(q) == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_a_version_part_that_is_not_a_number_is_compared_as_text():
@@ -150,3 +195,4 @@ def test_a_version_part_that_is_not_a_number_is_compared_as_text():
     assert P.software_differences(q, {"cuda_runtime": "13.x"}) == ["cuda_runtime 13.x -> 13.2"]
     assert P.software_differences(q, {"cuda_runtime": 13.2}) == []  # not a version string: not compared
     assert P.software_differences(lambda n, d=None: d, RECORDED) == []  # a q that carries no software
+    assert P.software_differences(P.q_of(_profile(cupy="14")), {"cupy": "14.0.2"}) == []  # "14" is 14.0

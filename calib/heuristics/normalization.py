@@ -943,7 +943,7 @@ def corrections_document(recordings, note: str = "", device: str = "NVIDIA H200"
     factors, ratio, c, pair_errs = _fit_parts(recorded_samples(recordings), device)
     bias, pair = c.persistent_bias, c.pair_bias
     return {"format": CORRECTIONS_FORMAT, "version": CORRECTIONS_VERSION, "note": note, "device": device,
-            "software": P.recorded_software(p for _r, p in recordings),
+            "software": P.recorded_software(recordings),
             "fitted_on": [{"recording": str(r), "profile": str(p)} for r, p in recordings],
             "statistic": "median log(measured / plain_model_us) per kernel class (multi-pass: per loop band, "
                          f"and over every band as vectors_per_thread_log2 null), >= {MIN_CLASS_CANDIDATES} candidates",

@@ -77,32 +77,66 @@ _software_warned: set = set()
 
 
 def _major_minor(version: str) -> tuple:
-    return tuple(version.strip().split(".")[:2])
+    """"13.2" and "13.2.1" -> ("13", "2"); a missing minor is "0" ("14" is "14.0")."""
+    parts = [v.strip() for v in version.strip().split(".")]
+    return tuple((parts + ["0"])[:2])
+
+
+def _differences(recorded: dict | None, current: dict | None, label: str = "") -> list[str]:
+    out = []
+    for name in KERNEL_SOFTWARE:
+        was, now = (recorded or {}).get(name), (current or {}).get(name)
+        if isinstance(was, str) and isinstance(now, str) and _major_minor(was) != _major_minor(now):
+            out.append(f"{label}{name} {was} -> {now}")
+    return out
 
 
 def software_differences(q, software: dict | None) -> list[str]:
     """The KERNEL_SOFTWARE fields that ``software`` (what a correction was fitted under) and the
     profile behind ``q`` both record and that disagree at major.minor, as "field recorded -> profile"."""
-    current = getattr(q, "software", None) or {}
-    out = []
-    for name in KERNEL_SOFTWARE:
-        was, now = (software or {}).get(name), current.get(name)
-        if isinstance(was, str) and isinstance(now, str) and _major_minor(was) != _major_minor(now):
-            out.append(f"{name} {was} -> {now}")
-    return out
+    return _differences(software, getattr(q, "software", None))
 
 
-def recorded_software(profile_paths) -> dict:
-    """The KERNEL_SOFTWARE every profile at ``profile_paths`` was measured under: what a correction
-    fitted on their recordings records. Recordings under different software (or a profile that does
-    not say) make no one correction: a HeuristicError names them."""
+def running_software() -> dict:
+    """The CUDA runtime and CuPy of this process where CuPy is already imported here (a live
+    heuristic's kernels are this process's, whatever its profile recorded), else {}: importing CuPy
+    is not the predictor's to do. Spelled as the CuPy backend's fingerprint spells them."""
+    import sys
+
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return {}
+    try:
+        rt = int(cupy.cuda.runtime.runtimeGetVersion())
+        return {"cuda_runtime": f"{rt // 1000}.{rt % 1000 // 10}", "cupy": str(cupy.__version__)}
+    except Exception:  # noqa: BLE001 - a CuPy without a runtime to ask: nothing known, as without CuPy
+        return {}
+
+
+def recorded_software(recordings) -> dict:
+    """The KERNEL_SOFTWARE that every recording ran under: what a correction fitted on them records.
+    ``recordings``: (evaluation, profile) path pairs; each evaluation's own "software" (where it
+    records one: the older ones do not) and its profile's must agree, since the evaluation ran the
+    kernels whose times are learned and may have read a profile measured elsewhere. Recordings under
+    different software, or a profile that does not say, make no one correction: a HeuristicError
+    names them."""
+    import json
+    from pathlib import Path
+
     from ..profile import load_profile
-    from .registry import HeuristicError
+    from .registry import HeuristicError, read_text
 
     seen = {}
-    for path in profile_paths:
-        software = load_profile(path, device=None, software=None).software
-        seen[str(path)] = tuple(software.get(name) for name in KERNEL_SOFTWARE)
+    for evaluation, profile in recordings:
+        ran = tuple(load_profile(profile, device=None, software=None).software.get(n) for n in KERNEL_SOFTWARE)
+        try:
+            own = json.loads(read_text(Path(evaluation), "recorded evaluation", HeuristicError)).get("software")
+        except ValueError as exc:
+            raise HeuristicError(f"recorded evaluation {evaluation} is not JSON ({exc})") from None
+        if isinstance(own, dict) and _differences(dict(zip(KERNEL_SOFTWARE, ran)), own):
+            raise HeuristicError(f"recorded evaluation {evaluation} ran under other software than its profile "
+                                 f"{profile}: {'; '.join(_differences(dict(zip(KERNEL_SOFTWARE, ran)), own))}")
+        seen[str(profile)] = ran
     kinds = set(seen.values())
     if len(kinds) != 1 or not all(isinstance(v, str) and v for v in next(iter(kinds))):
         raise HeuristicError(f"the recordings' profiles do not all record one {' / '.join(KERNEL_SOFTWARE)}: "
@@ -114,12 +148,14 @@ def measured_on(q, device: str, software: dict | None = None, what: str = "a cor
     """Whether the profile behind ``q`` is of ``device`` (its fingerprint's name) and, where both
     record it, of the ``software`` the data was measured under: data measured on one GPU model (a
     correction fitted on its recordings) applies to that model's profiles only, and only while the
-    libraries that chose its kernels are the same. A profile of the GPU under other software warns
-    once (a HeuristicWarning naming ``what``) and gets the plain model; one that records no software
-    is given the benefit of the doubt, as before corrections recorded theirs."""
+    libraries that chose its kernels are the same, in the profile and, where CuPy is imported, in
+    this process (:func:`running_software`). A profile of the GPU under other software, or a process
+    running other software, warns once (a HeuristicWarning naming ``what``) and gets the plain model;
+    a profile that records no software is given the benefit of the doubt, as before corrections
+    recorded theirs."""
     if getattr(q, "device_name", None) != device:
         return False
-    changed = software_differences(q, software)
+    changed = software_differences(q, software) + _differences(software, running_software(), "this process's ")
     if changed:
         key = (what, tuple(changed))
         if key not in _software_warned:

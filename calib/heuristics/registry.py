@@ -112,6 +112,11 @@ class ReadRecorder:
     def device(self):
         return getattr(self.profile, "device", {})
 
+    @property
+    def software(self):
+        """The wrapped profile's, as its device: a correction checks both (predictor.measured_on)."""
+        return getattr(self.profile, "software", {})
+
     def record(self, name):
         return self.profile.record(name)
 

@@ -408,7 +408,7 @@ _fp16_split1: dict = {}
 def load_fp16_split1(path=FP16_SPLIT1_FILE) -> dict:
     """The fp16 split-1 correction at ``path``, checked field by field, its ``recordings`` too
     (pairs of an evaluation and the profile it read, paths from the repository's root); a version-1
-    file (one tree) comes back as version 2's forest of one."""
+    file (one tree) comes back as the current version's forest of one."""
     return load_forest(path, FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION, one_tree_version=1,
                        older={2: SPLIT1_FEATURES})
 
