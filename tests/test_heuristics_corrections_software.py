@@ -31,6 +31,7 @@ RECORDED = {"cuda_runtime": "13.2", "cupy": "14.2.0"}
 def fresh_state(fresh_cublaslt_state, monkeypatch):
     """cuBLASLt's state and the software warnings already given, empty for each test."""
     monkeypatch.setattr(P, "_software_warned", set())
+    monkeypatch.setattr(P, "_running", {})
 
 
 def _profile(**software):
@@ -172,7 +173,10 @@ def test_a_process_running_other_software_does_not_take_the_corrections(monkeypa
     assert P.running_software() == {"cuda_runtime": "12.8", "cupy": "14.2.0"}
     with pytest.warns(HeuristicWarning, match="this process's cuda_runtime 13.2 -> 12.8"):
         assert _split_k_factors(P.q_of(_profile())) == (0.0, 0.0, 0.0, 0.0)
-    runtime.runtimeGetVersion = lambda: 13020
+    runtime.runtimeGetVersion = lambda: 13020  # not asked again: a process's runtime does not change
+    assert P.running_software()["cuda_runtime"] == "12.8"
+    fake13 = types.SimpleNamespace(__version__="14.2.0", cuda=types.SimpleNamespace(runtime=runtime))
+    monkeypatch.setitem(sys.modules, "cupy", fake13)  # another CuPy module (a test's fake, a reload): asked
     assert all(f != 0.0 for f in _split_k_factors(P.q_of(_profile())))
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(__version__="14.2.0"))  # no runtime to ask
     assert P.running_software() == {}

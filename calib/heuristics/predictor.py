@@ -106,11 +106,17 @@ def running_software() -> dict:
     cupy = sys.modules.get("cupy")
     if cupy is None:
         return {}
-    try:
-        rt = int(cupy.cuda.runtime.runtimeGetVersion())
-        return {"cuda_runtime": f"{rt // 1000}.{rt % 1000 // 10}", "cupy": str(cupy.__version__)}
-    except Exception:  # noqa: BLE001 - a CuPy without a runtime to ask: nothing known, as without CuPy
-        return {}
+    if _running.get("module") is not cupy:  # asked once per CuPy module: every model call checks it
+        try:
+            rt = int(cupy.cuda.runtime.runtimeGetVersion())
+            found = {"cuda_runtime": f"{rt // 1000}.{rt % 1000 // 10}", "cupy": str(cupy.__version__)}
+        except Exception:  # noqa: BLE001 - a CuPy without a runtime to ask: nothing known, as without CuPy
+            found = {}
+        _running.update(module=cupy, software=found)
+    return _running["software"]
+
+
+_running: dict = {}
 
 
 def recorded_software(recordings) -> dict:
@@ -133,9 +139,10 @@ def recorded_software(recordings) -> dict:
             own = json.loads(read_text(Path(evaluation), "recorded evaluation", HeuristicError)).get("software")
         except ValueError as exc:
             raise HeuristicError(f"recorded evaluation {evaluation} is not JSON ({exc})") from None
-        if isinstance(own, dict) and _differences(dict(zip(KERNEL_SOFTWARE, ran)), own):
+        differ = _differences(dict(zip(KERNEL_SOFTWARE, ran)), own) if isinstance(own, dict) else []
+        if differ:
             raise HeuristicError(f"recorded evaluation {evaluation} ran under other software than its profile "
-                                 f"{profile}: {'; '.join(_differences(dict(zip(KERNEL_SOFTWARE, ran)), own))}")
+                                 f"{profile}: {'; '.join(differ)}")
         seen[str(profile)] = ran
     kinds = set(seen.values())
     if len(kinds) != 1 or not all(isinstance(v, str) and v for v in next(iter(kinds))):
