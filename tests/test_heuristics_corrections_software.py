@@ -200,3 +200,27 @@ def test_a_version_part_that_is_not_a_number_is_compared_as_text():
     assert P.software_differences(q, {"cuda_runtime": 13.2}) == []  # not a version string: not compared
     assert P.software_differences(lambda n, d=None: d, RECORDED) == []  # a q that carries no software
     assert P.software_differences(P.q_of(_profile(cupy="14")), {"cupy": "14.0.2"}) == []  # "14" is 14.0
+
+
+def test_an_evaluation_records_the_corrections_it_ran_without():
+    """The warning is given once a process; the evaluation's JSON and table say, every time, which
+    corrections its predictions and choices went without (and the choices then are the plain model's)."""
+    from calib.heuristics import evaluate as E
+
+    path = R / "2026-12-04-h200-heuristics-s12c4" / "splitk-seed56" / "heuristics-matmul_splitk.json"
+    shipped = load_profile(ROOT / "profiles" / "nvidia-h200.json", device=None, software=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        same = E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)
+        shipped.software = dict(shipped.software, cuda_runtime="12.8")
+        other = E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)
+        again = E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)  # no second warning
+    assert same["corrections_declined"] == []
+    assert other["corrections_declined"] == again["corrections_declined"]
+    assert {c.split(":")[0] for c in other["corrections_declined"]} == {
+        "split-K's correction splitk_fp16_split1.json.gz", "split-K's correction splitk_fp32_split1_recorded.json.gz",
+        "split-K's correction splitk_fp32_splits_recorded.json.gz", "split-K's fp32 split-1 correction"}
+    assert all(c.endswith("cuda_runtime 13.2 -> 12.8") for c in other["corrections_declined"])
+    assert "Not applied, the plain model predicted instead: split-K's fp32 split-1 correction" in E.to_markdown(other)
+    assert "Not applied" not in E.to_markdown(same)
+    assert [r["predicted_us"] for r in other["rows"]] != [r["predicted_us"] for r in same["rows"]]

@@ -228,7 +228,9 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
                                                   "timer": timing},
                       url=db, persist=persist, policy="use")
     started = _time.perf_counter()
-    with replay_oracle:
+    from .predictor import declined_corrections
+
+    with replay_oracle, declined_corrections() as declined:
         rows, stopped_early = _run_problems(fam, kind, problems, make_case, tuner, profile, timer, budget_s,
                                             progress, started)
     if backend == "cupy":
@@ -250,7 +252,8 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
             "failed": len(rows) - len(ok), "stopped_early": stopped_early, "not_recorded": not_recorded,
             "tuning_database": (tuner.db.url if tuner.db is not None else "memory (pass --db to record)"),
             "autotune_counters": tuner.counters.as_dict(), "wall_s": _time.perf_counter() - started,
-            "summary": summary, "prediction": pred, "rows": rows, **_lt_answers(kind, backend)}
+            "corrections_declined": sorted(declined), "summary": summary, "prediction": pred, "rows": rows,
+            **_lt_answers(kind, backend)}
 
 
 def _lt_answers(kind: str, backend: str) -> dict:
@@ -385,6 +388,8 @@ def to_markdown(res: dict) -> str:
              f"{'; %d given problems not in the recording' % res['not_recorded'] if res.get('not_recorded') else ''}"
              f"; profile: {res['profile']}; "
              f"tuning database: {res['tuning_database']}.", "",
+             *[f"Not applied, the plain model predicted instead: {c}." for c in res.get("corrections_declined", [])],
+             *([""] if res.get("corrections_declined") else []),
              "Efficiency = exhaustive best / time of the choice (1 = the best).", "",
              "| choice | geomean | worst | p10 | median | within 3% | choice failed |", "|---|---|---|---|---|---|---|"]
     for name, label in (("heuristic", "profile-driven heuristic"), ("baseline", "static baseline"),

@@ -74,6 +74,22 @@ def q_of(profile) -> Callable:
 # driver is left out, since it does not choose kernels.
 KERNEL_SOFTWARE = ("cuda_runtime", "cupy")
 _software_warned: set = set()
+_declined_collectors: list = []  # declined_corrections() sets, innermost last
+
+
+class declined_corrections:
+    """``with declined_corrections() as seen:`` ``seen`` collects "what: change; ..." for each
+    correction :func:`measured_on` declined inside the block for other software (the warning is
+    given once a process; an evaluation records every one it ran without)."""
+
+    def __enter__(self) -> set:
+        self.seen: set = set()
+        _declined_collectors.append(self.seen)
+        return self.seen
+
+    def __exit__(self, *exc):
+        _declined_collectors.remove(self.seen)
+        return False
 
 
 def _major_minor(version: str) -> tuple:
@@ -165,6 +181,8 @@ def measured_on(q, device: str, software: dict | None = None, what: str = "a cor
     changed = software_differences(q, software) + _differences(software, running_software(), "this process's ")
     if changed:
         key = (what, tuple(changed))
+        for seen in _declined_collectors:
+            seen.add(f"{what}: {'; '.join(changed)}")
         if key not in _software_warned:
             _software_warned.add(key)
             import warnings
