@@ -281,11 +281,8 @@ SPLIT1_FORMAT, SPLIT1_VERSION = "calib.heuristics.splitk_fp32_split1_correction"
 # forests' 3, the splits forest's 2), the "software" its recordings ran under: the CUDA runtime and
 # CuPy (predictor.KERNEL_SOFTWARE), which chose the kernels whose times it learned. A profile of the
 # GPU under another CUDA or CuPy (major.minor) gets the plain model and a warning (P.measured_on). An
-# older file, which does not record it, is read forward as applying under any software, as it was.
-SOFTWARE_SINCE = {"calib.heuristics.splitk_fp32_split1_correction": 2,
-                  "calib.heuristics.splitk_fp16_split1_correction": 3,
-                  "calib.heuristics.splitk_fp32_split1_recorded_correction": 3,
-                  "calib.heuristics.splitk_fp32_splits_recorded_correction": 2}
+# older file, which does not record it, is read forward as applying under any software, as it was
+# (SOFTWARE_SINCE, after the last of the formats below).
 SPLIT1_FEATURES = ("log2_m", "log2_n", "log2_k", "log2_mn", "log2_k_over_mn", "log2_mnk")
 SPLIT1_TREE_DEPTH, SPLIT1_MIN_LEAF = 6, 10
 LAUNCH_GAP_US = 3.2  # recorded split-1 time minus the traced kernels' (see above)
@@ -331,9 +328,9 @@ def _check_software(doc: dict, where: str, required: bool) -> dict | None:
     """The file's "software" ({name: version} of each of predictor.KERNEL_SOFTWARE), or None in a
     version from before corrections recorded it (which, like any field a version does not have, is
     not read there)."""
-    software = doc.get("software")
     if not required:
         return None
+    software = doc.get("software")
     if not isinstance(software, dict) or not all(
             isinstance(software.get(name), str) and software[name] for name in P.KERNEL_SOFTWARE):
         raise HeuristicError(f"{where}: 'software' must map each of {', '.join(P.KERNEL_SOFTWARE)} to "
@@ -599,6 +596,8 @@ def fit_fp32_recorded_trees(recorded, n_trees: int = FOREST_TREES, seed: int = 0
 FP32_SPLITS_FILE = Path(__file__).with_name("splitk_fp32_splits_recorded.json.gz")
 FP32_SPLITS_FORMAT, FP32_SPLITS_VERSION = "calib.heuristics.splitk_fp32_splits_recorded_correction", 2
 _fp32_splits: dict = {}
+# The first version of each correction format that records its "software" (see SPLIT1_FORMAT).
+SOFTWARE_SINCE = {SPLIT1_FORMAT: 2, FP16_SPLIT1_FORMAT: 3, FP32_RECORDED_FORMAT: 3, FP32_SPLITS_FORMAT: 2}
 
 
 def load_fp32_splits(path=FP32_SPLITS_FILE) -> dict:
