@@ -82,6 +82,13 @@ def condition_differences(recorded_device: dict | None, current_device: dict | N
     return differences(recorded_device, current_device, CONDITION_FIELDS)
 
 
+def cuda_version(encoded: int) -> str:
+    """CUDA's integer version (``cudaRuntimeGetVersion``: 13020) as "13.2", the spelling every
+    fingerprint records and every comparison of them reads."""
+    encoded = int(encoded)
+    return f"{encoded // 1000}.{encoded % 1000 // 10}"
+
+
 def software_fingerprint(**extra) -> dict:
     """The software this process runs; backends add driver/CUDA/CuPy versions they know."""
     out = {"calib": __version__}

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import calibrations
 from .._optional import require
-from ..fingerprint import software_fingerprint
+from ..fingerprint import cuda_version, software_fingerprint
 from ..nvml import ClockReader, merge_readings
 from ..timing import Measurement, StoppingRule
 from .base import Backend, DeviceOutOfMemory, UnsupportedConfig
@@ -97,9 +97,9 @@ class CupyBackend(Backend):
             device["max_sm_mhz"] = reading["max_sm_mhz"]
         for key, value in _conditions(self).items():  # memory clock, power limit: calib.limits, staleness
             device.setdefault(key, value)
-        driver = reading.get("driver") or f"cuda-driver-api {drv // 1000}.{drv % 1000 // 10}"
+        driver = reading.get("driver") or f"cuda-driver-api {cuda_version(drv)}"
         software = software_fingerprint(driver=driver,
-                                        cuda_runtime=f"{rt // 1000}.{rt % 1000 // 10}", cupy=cp.__version__,
+                                        cuda_runtime=cuda_version(rt), cupy=cp.__version__,
                                         backend="cupy")
         return {k: v for k, v in device.items() if v is not None}, software
 

@@ -116,16 +116,17 @@ def software_differences(q, software: dict | None) -> list[str]:
 def running_software() -> dict:
     """The CUDA runtime and CuPy of this process where CuPy is already imported here (a live
     heuristic's kernels are this process's, whatever its profile recorded), else {}: importing CuPy
-    is not the predictor's to do. Spelled as the CuPy backend's fingerprint spells them."""
+    is not the predictor's to do. Spelled as the fingerprints spell them (fingerprint.cuda_version)."""
     import sys
 
     cupy = sys.modules.get("cupy")
     if cupy is None:
         return {}
     if _running.get("module") is not cupy:  # asked once per CuPy module: every model call checks it
+        from ..fingerprint import cuda_version
+
         try:
-            rt = int(cupy.cuda.runtime.runtimeGetVersion())
-            found = {"cuda_runtime": f"{rt // 1000}.{rt % 1000 // 10}", "cupy": str(cupy.__version__)}
+            found = {"cuda_runtime": cuda_version(cupy.cuda.runtime.runtimeGetVersion()), "cupy": str(cupy.__version__)}
         except Exception:  # noqa: BLE001 - a CuPy without a runtime to ask: nothing known, as without CuPy
             found = {}
         _running.update(module=cupy, software=found)

@@ -340,12 +340,13 @@ def cupy_fingerprint(device_id: int | None = None) -> tuple[dict, dict]:
         except Exception:
             pass
         from .._version import __version__
+        from ..fingerprint import cuda_version
 
         _FINGERPRINTS[device_id] = (
             {"name": name, "compute_capability": f"{props['major']}.{props['minor']}",
              "sm_count": int(props["multiProcessorCount"]), "simulated": False},
-            {"driver": f"cuda-driver-api {drv // 1000}.{drv % 1000 // 10}",
-             "cuda_runtime": f"{rt // 1000}.{rt % 1000 // 10}", "cupy": cp.__version__, "calib": __version__,
+            {"driver": f"cuda-driver-api {cuda_version(drv)}",
+             "cuda_runtime": cuda_version(rt), "cupy": cp.__version__, "calib": __version__,
              "libraries": libraries})
     return _FINGERPRINTS[device_id]
 
