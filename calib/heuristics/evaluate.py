@@ -29,7 +29,7 @@ import time as _time
 from pathlib import Path
 
 from ..errors import CalibError
-from .families import family
+from .families import family, launch
 from .knobs import knobs
 from .registry import HeuristicError, choose, json_lines, read_text
 
@@ -167,6 +167,8 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     (the result says how many were done). ``progress``: a file to print progress lines to."""
     from ..autotune import Autotuner
     fam = family(kind)  # an unknown kind: HeuristicError
+    if problems is not None:  # descriptors, or mappings as in a problems file (HeuristicError if bad)
+        problems = [fam.descriptor(p) for p in problems]
     backend = resolve_backend(backend)
     gen_kw = {} if max_bytes is None else {"max_bytes": max_bytes}
     replayed, recorded_failures, not_recorded = None, [], 0
@@ -178,7 +180,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
         recorded = replay.load(backend[len(replay.PREFIX):], kind)
         replayed = {fam.descriptor(r["descriptor"]): r for r in recorded["rows"]}
         if problems is not None:  # the given problems that were recorded; the others are counted
-            given = list(problems)
+            given = problems
             problems = [d for d in given if d in replayed]
             not_recorded = len(given) - len(problems)
         else:
@@ -192,7 +194,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
 
             where = f"recorded evaluation {backend[len(replay.PREFIX):]}"
             replay_oracle = cublaslt.use_oracle(cublaslt.oracle_from_asked(recorded["cublaslt"], where))
-    problems = list(problems) if problems is not None else fam.generate(count, seed, **gen_kw)
+    problems = problems if problems is not None else fam.generate(count, seed, **gen_kw)
     if replayed is not None:
         device, software = recorded["device"], recorded["software"]
         if profile is None:  # the recorded device's profile by the lookup order, not this machine's
@@ -243,8 +245,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     from .registry import ReadRecorder
 
     rec = ReadRecorder(profile)
-    if problems:
-        fam.heuristic(problems[0], rec)
+    _parameters_read(fam, [fam.descriptor(r["descriptor"]) for r in ok] or problems[:1], rec)
     return {"format": "calib.heuristics.evaluation", "version": 1, "kind": kind, "backend": backend,
             "simulated": simulated, "replayed": replayed is not None, "device": device, "software": software,
             "profile": _profile_source(profile), "parameters_read": sorted(rec.names),
@@ -254,6 +255,17 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
             "autotune_counters": tuner.counters.as_dict(), "wall_s": _time.perf_counter() - started,
             "corrections_declined": sorted(declined), "summary": summary, "prediction": pred, "rows": rows,
             **_lt_answers(kind, backend)}
+
+
+def _parameters_read(fam, problems, rec):
+    """Ask the built-in heuristic about one problem through ``rec`` (a ReadRecorder), to list the
+    parameters it reads: the first problem that evaluated, so that one a model cannot take (it
+    failed as a row) does not end the evaluation here."""
+    for d in problems[:1]:
+        try:
+            fam.heuristic(d, rec)
+        except (CalibError, ArithmeticError):  # recorded as the row's failure already
+            pass
 
 
 def _lt_answers(kind: str, backend: str) -> dict:
@@ -353,15 +365,22 @@ def _one(fam, kind, d, case, tuner, profile, timer, baseline, predict_model) -> 
         except Exception:  # noqa: BLE001 - a wrong or unlaunchable choice is the heuristic's failure
             return None
 
-    h = choose(kind, d, profile)
+    try:  # a user's heuristic or override that names no launch of the family: its choice failed
+        h, choice_error = launch(kind, choose(kind, d, profile)), None
+    except HeuristicError as exc:
+        h, choice_error = None, str(exc)
     b = baseline(d, profile)
     lib = case.library() if timer is None else timer(case.library())
-    pred = predict_model(fam.model_us, d, knobs(h), profile)
+    pred = predict_model(fam.model_us, d, h, profile) if h is not None else None
+    ci = [_finite(x) for x in pred.ci95] if pred is not None and math.isfinite(pred.time_us) else None
     return {"descriptor": _desc(d), "key": sel.descriptor_key, "candidates": len(cands),
             "usable": len(usable), "best": dict(by_id.get(best_id, {})) or best_id, "best_us": usable[best_id],
-            "winner": sel.candidate, "heuristic": dict(h), "heuristic_us": measured(h), "baseline": dict(b),
-            "baseline_us": measured(b), "library_us": float(lib.center_us), "predicted_us": _finite(pred.time_us),
-            "predicted_ci95": list(pred.ci95) if math.isfinite(pred.time_us) else None,
+            "winner": sel.candidate, "heuristic": dict(h) if h is not None else None,
+            "heuristic_us": measured(h) if h is not None else None,
+            **({"heuristic_error": choice_error} if choice_error else {}), "baseline": dict(b),
+            "baseline_us": measured(b), "library_us": float(lib.center_us),
+            "predicted_us": _finite(pred.time_us) if pred is not None else None,
+            "predicted_ci95": ci if ci and None not in ci else None,
             "memory_bound": bool(d.memory_bound),
             # every usable candidate's time: the row replays offline (calib.heuristics.replay)
             "times_us": {c: usable[c] for c in sorted(usable)}}

@@ -13,3 +13,10 @@ MODULES = {"pointwise": "pointwise", "normalization": "normalization", "matmul_s
 def family(kind: str):
     _check_kind(kind)
     return importlib.import_module(f"{__package__}.{MODULES[kind]}")
+
+
+def launch(kind: str, params):
+    """``params`` checked as ``kind``'s launch parameters (:func:`calib.heuristics.knobs.check_knobs`)."""
+    from .knobs import check_knobs
+
+    return check_knobs(kind, family(kind).KNOB_VALUES, params)

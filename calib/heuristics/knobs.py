@@ -26,6 +26,46 @@ def knobs(params: dict) -> Knobs:
     return params if isinstance(params, Knobs) else Knobs(params)
 
 
+# What a knob of a family's launch may be (each family's ``KNOB_VALUES``): an integer of at least 1
+# (COUNT) or 0 (COUNT0), or one of the strings of a tuple (which may list COUNT too: pointwise's
+# grid is "cover" or blocks per SM).
+COUNT, COUNT0 = "an integer >= 1", "an integer >= 0"
+
+
+def check_knobs(kind: str, spec: dict, params) -> Knobs:
+    """``params`` as the family's launch parameters: every knob of ``spec`` present with a value it
+    allows (an integral float such as ``256.0`` from a JSON file becomes ``256``, so it names the
+    same candidate), other keys kept as given (a user's own knobs ride along). HeuristicError naming
+    the knob otherwise: a choice or an override that no kernel of the family could launch."""
+    if not isinstance(params, dict):
+        raise HeuristicError(f"{kind} launch parameters must be a mapping, not {type(params).__name__}")
+    missing = [name for name in spec if name not in params]
+    if missing:
+        raise HeuristicError(f"{kind} launch parameters {_short(params)} lack {', '.join(missing)} "
+                             f"(a {kind} launch has {', '.join(spec)})")
+    out = dict(params)
+    for name, allowed in spec.items():
+        options = allowed if isinstance(allowed, tuple) else (allowed,)
+        value = params[name]
+        if isinstance(value, str):
+            if value in options:
+                continue
+        elif (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float)
+                                                                          and value.is_integer()):
+            least = 1 if COUNT in options else 0 if COUNT0 in options else None
+            if least is not None and least <= value <= MAX_COUNT:
+                out[name] = int(value)
+                continue
+        raise HeuristicError(f"{kind} launch parameter {name} is {_short(value)}; it must be "
+                             f"{' or '.join(o if o in (COUNT, COUNT0) else repr(o) for o in options)}")
+    return Knobs(out)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 ITEMSIZE = {"float16": 2, "float32": 4, "float64": 8}
 
 
@@ -80,6 +120,12 @@ class FamilyDescriptor:
             object.__setattr__(self, name, positive_int(name, getattr(self, name), self.KIND))
 
 
+# The largest count a descriptor may hold: what a signed 64-bit index reaches. Beyond it no GPU
+# could address the tensor, and the models' float arithmetic (a matmul's m*n*k, a row's bytes
+# squared in a margin) overflows, which must not end an evaluation of other problems.
+MAX_COUNT = 2**63 - 1
+
+
 def positive_int(name: str, value, kind: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer():
@@ -88,7 +134,19 @@ def positive_int(name: str, value, kind: str) -> int:
             raise HeuristicError(f"{kind} descriptor: {name} is {value!r}, not an integer")
     if value < 1:
         raise HeuristicError(f"{kind} descriptor: {name} is {value}, must be at least 1")
+    if value > MAX_COUNT:
+        raise HeuristicError(f"{kind} descriptor: {name} is {_magnitude(value)}, more than a 64-bit index counts "
+                             f"(2**63 - 1); no GPU holds such a tensor")
     return int(value)
+
+
+def _magnitude(value: int) -> str:
+    """A huge integer in a message: ``%g`` where a float holds it, else its digit count (an integer
+    of 400 digits does not convert to float, and should not fill the message)."""
+    try:
+        return f"{float(value):.4g}"
+    except OverflowError:
+        return f"an integer of {len(str(value)) if value < 10**4000 else 'over 4000'} digits"
 
 
 def require_cupy(what: str):

@@ -28,7 +28,7 @@ from pathlib import Path
 from .._lazy import lazy
 from ..errors import CalibError
 from . import predictor as P
-from .knobs import ITEMSIZE, FamilyDescriptor, Knobs, check_output, require_cupy
+from .knobs import COUNT, COUNT0, ITEMSIZE, FamilyDescriptor, Knobs, check_output, require_cupy
 
 np = lazy("numpy")
 
@@ -39,6 +39,9 @@ DTYPES = ("float32", "float16")
 THREADS = (32, 64, 128, 256, 512, 1024)
 MULTIPASS_THREADS = (128, 256, 512, 1024)
 BUFFERS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# What a launch of this family must name (knobs.check_knobs): an override or a user's choice
+# is checked against it.
+KNOB_VALUES = {"strategy": ("persistent", "multipass"), "threads": COUNT, "vec": COUNT, "buffer": COUNT0}
 WIDTHS = (4, 8, 16)
 UNROLL = 4  # vectors per thread the multi-pass loops unroll (the source's #pragma unroll)
 EPS = 1e-5

@@ -41,7 +41,7 @@ import math
 
 from .._lazy import lazy
 from . import predictor as P
-from .knobs import ITEMSIZE, FamilyDescriptor, Knobs, check_output, require_cupy
+from .knobs import COUNT, ITEMSIZE, FamilyDescriptor, Knobs, check_output, require_cupy
 
 np = lazy("numpy")
 
@@ -55,6 +55,9 @@ DTYPES = ("float16", "float32", "float64")
 EPTS = (1, 2, 4)
 BLOCKS = (128, 256, 512)
 GRIDS = ("cover", 4)
+# What a launch of this family must name (knobs.check_knobs): an override or a user's choice
+# is checked against it.
+KNOB_VALUES = {"vec": COUNT, "ept": COUNT, "block": COUNT, "grid": ("cover", COUNT)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import re
 import threading
 import warnings
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Callable
 from ..errors import CalibError
 
 KINDS = ("pointwise", "normalization", "matmul_splitk")
+_HEX64 = re.compile("[0-9a-f]{64}")
 
 
 class HeuristicError(CalibError, ValueError):
@@ -60,6 +62,10 @@ def read(profile, name: str, default):
 
     Never raises: a profile without the name, a broken profile, or an object without ``query``
     gives ``default`` (``Profile.query`` warns once per name; a missing device field warns here)."""
+    if not isinstance(name, str):
+        _warn_once(("name", type(name).__name__), f"a parameter name must be a string, not {type(name).__name__}; "
+                   f"using the default {default!r}")
+        return default
     if name.startswith("device."):
         q = getattr(profile, "query_device", None)
         if q is not None:  # a wrapper (ReadRecorder) that wants to see device reads too
@@ -221,7 +227,7 @@ def read_text(path: Path, what: str, error: type) -> str:
     if str(path).endswith(".gz"):
         data = gunzip(data, path, what, error)
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark (Windows editors) is not part of line 1
     except UnicodeDecodeError as exc:
         raise error(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start}"
                     f"{' of its decompressed content' if str(path).endswith('.gz') else ''})") from None
@@ -264,25 +270,84 @@ def json_lines(text: str, label, problems: list):
             problems.append(f"{label}:{n}: not JSON ({exc.msg} at column {exc.colno})")
         except RecursionError:  # [[[[... nested deeper than the parser goes
             problems.append(f"{label}:{n}: not JSON (nested too deeply)")
+        except ValueError as exc:  # an integer of more digits than Python converts (4300)
+            problems.append(f"{label}:{n}: not JSON that can be read ({str(exc)[:120]})")
 
 
 # ----------------------------------------------------------------------------------------------
 # overrides
 
+def _key_of(descriptor, kind: str | None) -> tuple[str, str | None]:
+    """(descriptor key, the kind it is a descriptor of) of a descriptor in an override.
+
+    Keyed by the family's parsed descriptor, not the mapping as written: ``{"op": "add", "n": 1e3}``
+    is the problem ``PointwiseDescriptor(op="add", n=1000, dtype="float32")`` that ``choose`` and
+    ``evaluate`` are asked about, and must find its override. Without ``kind``, the kind whose
+    descriptor it parses as (the three families' fields differ, so at most one); HeuristicError
+    when it is none's."""
+    from ..autotune.descriptors import DescriptorError, descriptor_key
+    from .families import family
+
+    errors = []
+    for k in ([kind] if kind is not None else KINDS):
+        try:
+            return descriptor_key(family(k).descriptor(descriptor)), k
+        except (HeuristicError, DescriptorError) as exc:
+            errors.append(str(exc))
+    raise HeuristicError(errors[0] if kind is not None else "it is no kind's descriptor (" + "; ".join(errors) + ")")
+
+
+def _check_key(key: str):
+    if not _HEX64.fullmatch(key):
+        raise HeuristicError(f"key {key[:20]!r}{'...' if len(key) > 20 else ''} is not a descriptor key (64 "
+                             "hexadecimal digits: calib.autotune.descriptor_key, or a row's \"key\" in "
+                             "`calib heuristics evaluate --json`)")
+
+
+def _check_params(params, kind: str | None) -> dict:
+    """The launch parameters of ``kind`` (:func:`calib.heuristics.families.launch`); without a kind,
+    those of at least one kind, since the override applies to whichever kind is asked."""
+    from .families import launch
+
+    if not isinstance(params, dict):
+        raise HeuristicError(f"parameters must be a mapping, not {type(params).__name__}")
+    errors = []
+    for k in ([kind] if kind is not None else KINDS):
+        try:
+            return dict(launch(k, params))
+        except HeuristicError as exc:
+            errors.append(str(exc))
+    raise HeuristicError(errors[0] if kind is not None else "they are no kind's launch (" + "; ".join(errors) + ")")
+
+
+def _entry(key, params, kind: str | None) -> tuple[str, str | None, dict]:
+    """(descriptor key, kind or None for any, checked parameters) of one override."""
+    if kind is not None:
+        _check_kind(kind)
+    if isinstance(key, str):
+        _check_key(key)
+        return key, kind, _check_params(params, kind)
+    key, parsed_as = _key_of(key, kind)
+    return key, kind, _check_params(params, parsed_as)
+
+
 def set_overrides(mapping: dict, *, kind: str | None = None, replace: bool = False):
     """Per-problem overrides: ``{descriptor key (or descriptor): params}``. With ``kind`` they apply
-    to that kind only, else to whichever kind is asked for the problem."""
-    from ..autotune.descriptors import descriptor_key
-
+    to that kind only, else to whichever kind is asked for the problem. Every entry is checked
+    before any is installed (HeuristicError): a bad one changes nothing."""
     if kind is not None:
         _check_kind(kind)
     new = {}
     for key, params in mapping.items():
-        if not isinstance(params, dict):
-            raise HeuristicError(f"override for {str(key)[:16]}: parameters must be a mapping, "
-                                 f"not {type(params).__name__}")
-        k = key if isinstance(key, str) else descriptor_key(key)
-        new.setdefault(k, {})[kind or "*"] = dict(params)
+        try:
+            k, _, checked = _entry(key, params, kind)
+        except HeuristicError as exc:
+            raise HeuristicError(f"override for {str(key)[:40]}: {exc}") from None
+        new.setdefault(k, {})[kind or "*"] = checked
+    _install(new, replace)
+
+
+def _install(new: dict, replace: bool):
     with _lock:
         if replace:
             _overrides.clear()
@@ -294,11 +359,11 @@ def load_overrides(path, *, replace: bool = False) -> int:
     """Read overrides from ``path`` and install them; returns how many.
 
     Formats: a JSON object ``{descriptor_key: params}``; or JSON lines, one object per line, each
-    ``{"params": {...}}`` plus either ``"key": "<descriptor key>"`` or ``"descriptor": {...}`` (whose
-    key is computed), and optionally ``"kind"``. Blank lines and lines starting with ``#`` are
-    skipped. Every problem found is reported at once, with its line."""
-    from ..autotune.descriptors import DescriptorError, descriptor_key
-
+    ``{"params": {...}}`` plus either ``"key": "<descriptor key>"`` or ``"descriptor": {...}`` (read
+    as the family's descriptor, so defaults may be left out), and optionally ``"kind"``. Blank lines
+    and lines starting with ``#`` are skipped. Parameters are checked against the family's knobs.
+    Every problem found is reported at once, with its line, and nothing is installed (nor, with
+    ``replace``, removed) unless the whole file is good; a file without an override is an error."""
     p = Path(path)
     text = read_text(p, "override file", OverrideFileError)
     entries: list[tuple[str, str | None, dict]] = []
@@ -308,14 +373,14 @@ def load_overrides(path, *, replace: bool = False) -> int:
     if stripped.startswith("{"):
         try:
             whole = json.loads(stripped)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError, as is a 5000-digit number
             whole = None  # perhaps JSON lines: parsed line by line below
     if isinstance(whole, dict) and not ({"params", "key", "descriptor"} & set(whole)):
         for key, params in whole.items():
-            if not isinstance(params, dict):
-                problems.append(f"{p}: key {key[:16]}: parameters must be an object, not {type(params).__name__}")
-            else:
-                entries.append((key, None, params))
+            try:
+                entries.append(_entry(key, params, None))
+            except HeuristicError as exc:
+                problems.append(f"{p}: key {key[:20]}: {exc}")
     else:
         for n, obj in json_lines(text, p, problems):
             if not isinstance(obj, dict):
@@ -331,23 +396,28 @@ def load_overrides(path, *, replace: bool = False) -> int:
             if isinstance(obj.get("key"), str):
                 key = obj["key"]
             elif "descriptor" in obj:
-                try:
-                    key = descriptor_key(obj["descriptor"])
-                except (DescriptorError, TypeError, ValueError) as exc:
-                    problems.append(f"{p}:{n}: bad descriptor: {exc}")
+                key = obj["descriptor"]
+                if not isinstance(key, dict):
+                    problems.append(f"{p}:{n}: bad descriptor: a JSON object of its fields, not "
+                                    f"{type(key).__name__}")
                     continue
             else:
                 problems.append(f"{p}:{n}: needs \"key\" (a descriptor key) or \"descriptor\"")
                 continue
-            entries.append((key, kind, params))
+            try:
+                entries.append(_entry(key, params, kind))
+            except HeuristicError as exc:
+                problems.append(f"{p}:{n}: {exc}")
     if problems:
         more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
         raise OverrideFileError("; ".join(problems[:10]) + more)
-    if replace:
-        with _lock:
-            _overrides.clear()
+    if not entries:
+        raise OverrideFileError(f"override file {p} has no override (it is empty, or only comments)"
+                                + ("; nothing was replaced" if replace else ""))
+    new: dict = {}
     for key, kind, params in entries:
-        set_overrides({key: params}, kind=kind)
+        new.setdefault(key, {})[kind or "*"] = params
+    _install(new, replace)
     return len(entries)
 
 
@@ -356,7 +426,14 @@ def override_for(kind: str, descriptor) -> dict | None:
         return None
     from ..autotune.descriptors import descriptor_key
 
-    found = _overrides.get(descriptor_key(descriptor))
+    try:
+        key, _ = _key_of(descriptor, kind)
+    except HeuristicError:  # not the family's descriptor: as given (the built-in will refuse it)
+        try:
+            key = descriptor_key(descriptor)
+        except Exception:  # noqa: BLE001 - no key, so no override
+            return None
+    found = _overrides.get(key)
     if not found:
         return None
     params = found.get(kind, found.get("*"))

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from .._lazy import lazy
 from . import predictor as P
-from .knobs import FamilyDescriptor, Knobs, check_output, require_cupy
+from .knobs import COUNT, FamilyDescriptor, Knobs, check_output, require_cupy
 from .registry import HeuristicError
 
 np = lazy("numpy")
@@ -58,6 +58,9 @@ KIND = "matmul_splitk"
 FAMILY = "heuristics.matmul_splitk"
 DTYPES = ("float16", "float32")
 SPLITS = (1, 2, 4, 8, 16, 32)
+# What a launch of this family must name (knobs.check_knobs): an override or a user's choice
+# is checked against it.
+KNOB_VALUES = {"split": COUNT}
 MIN_K_PER_SLICE = 128
 TILE = 128
 RATE = {"float16": "compute.fp16.tensor_tflops", "float32": "compute.fp32.fma_tflops"}
