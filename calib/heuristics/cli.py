@@ -69,7 +69,9 @@ def run_heuristics(args) -> int:
         # each problem's own error later, and the evaluation exited 0 with "0 of N evaluated".
         _ = AutotuneDB(args.db).store
     problems = None
-    if args.problems:
+    if args.problems is not None:
+        if not args.problems.strip():
+            raise cli_args.BadArgument("--problems: the path is empty; give a JSON-lines file of descriptors")
         problems, bad = read_problems(args.kind, args.problems)
         for line in bad:
             print(f"calib heuristics: skipped {line}", file=sys.stderr)
@@ -81,18 +83,39 @@ def run_heuristics(args) -> int:
     res = evaluate(args.kind, problems, backend=args.backend, count=args.count, seed=args.seed, db=args.db,
                    profile=profile, sim_spec=args.sim_spec, max_bytes=args.max_bytes, budget_s=args.budget_s,
                    progress=sys.stderr if args.progress else None)
+    as_json = json.dumps(res, indent=1, allow_nan=False, default=str) + "\n"
+    # stdout first: a result that cannot be written to --out (a full disk) is still shown, not lost
+    sys.stdout.write(as_json if args.json else to_markdown(res))
+    sys.stdout.flush()
     if args.out:
-        for suffix, text in ((".json", json.dumps(res, indent=1, allow_nan=False, default=str) + "\n"),
-                             (".md", to_markdown(res))):
-            try:
-                Path(args.out + suffix).write_text(text)
-            except OSError as exc:
-                raise cli_args.BadArgument(f"--out: cannot write {args.out + suffix}: {exc.strerror or exc}") from None
-    if args.json:
-        print(json.dumps(res, indent=1, allow_nan=False, default=str))
-    else:
-        sys.stdout.write(to_markdown(res))
+        _write_both({args.out + ".json": as_json, args.out + ".md": to_markdown(res)})
     return 0
+
+
+def _write_both(texts: dict):
+    """Each file to a temporary file beside it, and only when all are written, each renamed over its
+    target: a full disk leaves neither PREFIX.json nor PREFIX.md changed (it had left a new .json
+    beside an old or missing .md), and no half-written file."""
+    import tempfile
+
+    done, target = {}, None
+    try:
+        for target, text in texts.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{Path(target).name}.", dir=Path(target).parent or ".")
+            done[target] = tmp
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o644)
+        for target, tmp in done.items():
+            os.replace(tmp, target)
+            done[target] = None
+    except OSError as exc:
+        for tmp in done.values():
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+        where = target or ", ".join(texts)
+        raise cli_args.BadArgument(f"--out: cannot write {where}: {exc.strerror or exc} (the result is on "
+                                   "stdout above)") from None
 
 
 def _check_out(prefix: str):

@@ -23,6 +23,7 @@ compares measurements of one run.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import sys
 import time as _time
@@ -31,7 +32,7 @@ from pathlib import Path
 from ..errors import CalibError
 from .families import family, launch
 from .knobs import knobs
-from .registry import HeuristicError, choose, json_lines, read_text
+from .registry import KINDS, HeuristicError, choose, json_lines, read_text
 
 QUANTILES = (0.05, 0.10, 0.25, 0.50, 0.75, 0.90)
 
@@ -90,7 +91,8 @@ def prediction_errors(rows, *, only_memory_bound: bool = False) -> dict:
     if not errs:
         return {"n": 0}
     return {"n": len(errs), "median_abs_rel_error": _quantile(errs, 0.5), "p90_abs_rel_error": _quantile(errs, 0.9),
-            "worst_abs_rel_error": errs[-1], "interval_contains_measured": sum(inside) / len(inside)}
+            "worst_abs_rel_error": errs[-1],  # None where no row had a finite interval to contain it
+            "interval_contains_measured": sum(inside) / len(inside) if inside else None}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -104,7 +106,9 @@ def read_problems(kind: str, path) -> tuple[list, list[str]]:
     out, bad = [], []
     for n, obj in json_lines(text, p, bad):
         if isinstance(obj, dict) and obj.get("kind", kind) != kind:
-            bad.append(f"{p}:{n}: a {obj.get('kind')!r} problem, not {kind}")
+            other = obj["kind"]
+            bad.append(f"{p}:{n}: a {other} problem, not {kind}" if other in KINDS else
+                       f"{p}:{n}: kind {json.dumps(other)[:40]} is none of {', '.join(KINDS)}")
             continue
         try:
             out.append(fam.descriptor(obj))
@@ -178,7 +182,12 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
         from . import replay
 
         recorded = replay.load(backend[len(replay.PREFIX):], kind)
-        replayed = {fam.descriptor(r["descriptor"]): r for r in recorded["rows"]}
+        replayed = {}
+        for r in recorded["rows"]:
+            try:
+                replayed[fam.descriptor(r["descriptor"])] = r
+            except HeuristicError as exc:
+                raise replay.ReplayError(f"{backend[len(replay.PREFIX):]}: a recorded row's problem: {exc}") from None
         if problems is not None:  # the given problems that were recorded; the others are counted
             given = problems
             problems = [d for d in given if d in replayed]
@@ -264,7 +273,7 @@ def _parameters_read(fam, problems, rec):
     for d in problems[:1]:
         try:
             fam.heuristic(d, rec)
-        except (CalibError, ArithmeticError):  # recorded as the row's failure already
+        except CalibError:  # recorded as the row's failure already
             pass
 
 
@@ -420,8 +429,9 @@ def to_markdown(res: dict) -> str:
         if p.get("n"):
             lines.append(f"- predictor vs measured ({label}, {p['n']}): median |error| "
                          f"{p['median_abs_rel_error']:.1%}, "
-                         f"p90 {p['p90_abs_rel_error']:.1%}, worst {p['worst_abs_rel_error']:.1%}; the 95% interval "
-                         f"contains the measured time in {p['interval_contains_measured']:.0%}")
+                         f"p90 {p['p90_abs_rel_error']:.1%}, worst {p['worst_abs_rel_error']:.1%}; " + (
+                             f"the 95% interval contains the measured time in {p['interval_contains_measured']:.0%}"
+                             if p["interval_contains_measured"] is not None else "no finite 95% interval"))
     timed = [r for r in res["rows"] if r.get("heuristic_us")]
     worst = sorted(timed, key=lambda r: r["best_us"] / r["heuristic_us"])[:3]
     if worst:

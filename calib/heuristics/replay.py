@@ -42,6 +42,8 @@ def load(path, kind: str) -> dict:
         raise ReplayError(f"recorded evaluation {p} is not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise ReplayError(f"recorded evaluation {p} nests deeper than any evaluation does") from None
+    except ValueError as exc:  # a number of more digits than Python converts
+        raise ReplayError(f"recorded evaluation {p} cannot be read as JSON ({str(exc)[:120]})") from None
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:
         raise ReplayError(f"{p} is not a calib heuristics evaluation (format {FORMAT!r})")
     if not isinstance(rec.get("version"), int) or rec["version"] > VERSION:
@@ -51,6 +53,8 @@ def load(path, kind: str) -> dict:
     for name in ("device", "software"):
         if not isinstance(rec.get(name), dict):
             raise ReplayError(f"{p} has no {name} fingerprint (an object): which GPU's times these are is unknown")
+    if not isinstance(rec["device"].get("name"), str) or not rec["device"]["name"].strip():
+        raise ReplayError(f"{p}: its device fingerprint has no name: which GPU's times these are is unknown")
     rows = rec.get("rows")
     if not isinstance(rows, list):
         raise ReplayError(f"{p} has no rows")

@@ -1,0 +1,251 @@
+"""What the heuristics surface does with input an outside checker would try: sizes no GPU holds,
+numbers JSON can spell but Python cannot convert, override files whose descriptors leave out
+defaults or whose parameters name no launch, a user's choice that no kernel could take, a replay
+of no named device, and an --out that cannot be written. Each is a clear error or a skipped line,
+never a traceback and never an override that silently does nothing."""
+
+import json
+import math
+import os
+import warnings
+
+import pytest
+
+from calib import heuristics as H
+from calib.cli import main
+from calib.heuristics import evaluate as E
+from calib.heuristics import pointwise as PW
+from calib.heuristics import predictor as P
+from calib.heuristics.families import family
+from calib.heuristics.knobs import MAX_COUNT
+
+BIG = {"pointwise": [{"op": "add", "n": MAX_COUNT}],
+       "normalization": [{"op": "softmax", "rows": MAX_COUNT, "cols": MAX_COUNT}],
+       "matmul_splitk": [{"m": MAX_COUNT, "n": MAX_COUNT, "k": MAX_COUNT}, {"m": 1, "n": 1, "k": MAX_COUNT}]}
+FIELD = {"pointwise": "n", "normalization": "cols", "matmul_splitk": "k"}
+
+
+@pytest.fixture(autouse=True)
+def clean():
+    H.clear()
+    yield
+    H.clear()
+
+
+@pytest.fixture(scope="module")
+def sim_prof():
+    from calib.backends.sim import SimBackend
+    from calib.heuristics.simdevice import sim_profile
+
+    return sim_profile(SimBackend())
+
+
+def _cli(capsys, *argv):
+    code = main(["heuristics", "evaluate", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("kind", sorted(BIG))
+def test_the_largest_size_a_64_bit_index_counts_is_chosen_and_predicted_finitely(kind, sim_prof):
+    for obj in BIG[kind]:
+        d = H.descriptor(kind, obj)
+        k = H.choose(kind, d, sim_prof)
+        pred = P.predict_model(family(kind).model_us, d, k, sim_prof)
+        assert math.isfinite(pred.time_us) and all(math.isfinite(x) for x in pred.ci95), (obj, pred)
+
+
+@pytest.mark.parametrize("kind", sorted(BIG))
+@pytest.mark.parametrize("size", [MAX_COUNT + 1, 1e300, 10**400])
+def test_a_size_past_a_64_bit_index_is_refused_by_name(kind, size):
+    obj = dict(BIG[kind][0], **{FIELD[kind]: size})
+    with pytest.raises(H.HeuristicError, match=f"{FIELD[kind]} is .*more than a 64-bit index counts"):
+        H.descriptor(kind, obj)
+
+
+@pytest.mark.parametrize("kind", sorted(BIG))
+def test_a_huge_problem_first_in_the_file_is_a_skipped_line_whatever_the_order(kind, tmp_path, capsys):
+    small = {"pointwise": {"op": "add", "n": 4096}, "normalization": {"op": "softmax", "rows": 8, "cols": 256},
+             "matmul_splitk": {"m": 64, "n": 64, "k": 1024}}[kind]
+    huge = dict(small, **{FIELD[kind]: 1e300})
+    for order in ([huge, small], [small, huge]):
+        f = tmp_path / "p.jsonl"
+        f.write_text("".join(json.dumps(o) + "\n" for o in order))
+        code, out, err = _cli(capsys, "--kind", kind, "--problems", str(f), "--backend", "sim", "--json")
+        assert code == 0, err
+        res = json.loads(out)
+        assert res["evaluated"] == 1 and res["problems"] == 1
+        assert f"p.jsonl:{order.index(huge) + 1}" in err and "64-bit index" in err
+        assert res["parameters_read"]  # asked of the problem that evaluated
+
+
+def test_an_integer_of_more_digits_than_python_converts_is_a_bad_line_not_a_traceback(tmp_path, capsys):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"op": "add", "n": 4096}\n{"op": "add", "n": ' + "1" * 5000 + "}\n")
+    code, out, err = _cli(capsys, "--kind", "pointwise", "--problems", str(f), "--backend", "sim", "--json")
+    assert code == 0 and json.loads(out)["evaluated"] == 1
+    assert "p.jsonl:2: not JSON" in err
+    o = tmp_path / "o.jsonl"
+    o.write_text('{"key": "' + "0" * 64 + '", "params": {"split": ' + "9" * 5000 + "}}\n")
+    with pytest.raises(H.OverrideFileError, match="o.jsonl:1: not JSON"):
+        H.load_overrides(o)
+    o.write_text('{"' + "0" * 64 + '": {"split": ' + "9" * 5000 + "}}")
+    with pytest.raises(H.OverrideFileError, match="not JSON"):
+        H.load_overrides(o)
+
+
+def test_an_infinite_interval_is_written_as_null_and_the_json_stays_strict(monkeypatch):
+    real = P.predict_model
+
+    def wide(*a, **kw):
+        p = real(*a, **kw)
+        return P.Prediction(time_us=p.time_us, ci95=(p.ci95[0], math.inf), **{
+            f: getattr(p, f) for f in p.__dataclass_fields__ if f not in ("time_us", "ci95")})
+
+    monkeypatch.setattr(P, "predict_model", wide)
+    res = E.evaluate("pointwise", [{"op": "add", "n": 4096}], backend="sim")
+    row = res["rows"][0]
+    assert row["predicted_ci95"] is None and math.isfinite(row["predicted_us"])
+    json.dumps(res, allow_nan=False)
+
+
+def test_an_override_keyed_by_a_descriptor_with_defaults_left_out_applies_to_the_problem(tmp_path, sim_prof):
+    o = tmp_path / "o.jsonl"
+    o.write_text(json.dumps({"descriptor": {"op": "add", "n": 1e3},
+                             "params": {"vec": 2, "ept": 1, "block": 1024.0, "grid": "cover"}}) + "\n")
+    assert H.load_overrides(o) == 1
+    for asked in (PW.descriptor({"op": "add", "n": 1000, "dtype": "float32"}), {"op": "add", "n": 1000}):
+        used = []
+        got = H.choose("pointwise", asked, sim_prof, layers_used=used)
+        assert used == ["override"] and got == {"vec": 2, "ept": 1, "block": 1024, "grid": "cover"}
+        assert type(got["block"]) is int  # 1024.0 in the file names the same candidate as 1024
+    assert H.override_for("pointwise", {"op": "add", "n": 1000, "dtype": "float16"}) is None
+    # the same through set_overrides, keyed by a frozen descriptor
+    H.set_overrides({H.descriptor("matmul_splitk", {"m": 8, "n": 8, "k": 4096}): {"split": 4}},
+                    kind="matmul_splitk")
+    assert H.choose("matmul_splitk", {"m": 8, "n": 8, "k": 4096, "dtype": "float16"}, sim_prof) == {"split": 4}
+    assert H.override_for("matmul_splitk", {"m": 8, "n": 8, "k": 4096, "dtype": "float32"}) is None
+
+
+BAD_LINES = [
+    ({"kind": "pointwise", "descriptor": {"op": "add", "n": 10}, "params": {}}, "lack vec, ept, block, grid"),
+    ({"kind": "pointwise", "descriptor": {"op": "add", "n": 10},
+      "params": {"vec": 1, "ept": 1, "block": -5, "grid": "cover"}}, "block is -5"),
+    ({"kind": "pointwise", "descriptor": {"op": "add", "n": 10},
+      "params": {"vec": "x", "ept": 1, "block": 5, "grid": "cover"}}, "vec is 'x'"),
+    ({"kind": "normalization", "descriptor": {"op": "softmax", "rows": 1, "cols": 8},
+      "params": {"strategy": "fast", "threads": 32, "vec": 1, "buffer": 8}}, "strategy is 'fast'"),
+    ({"descriptor": [1, 2], "params": {"split": 2}}, "bad descriptor"),
+    ({"descriptor": {"op": "add", "rows": 3}, "params": {"split": 2}}, "no kind's descriptor"),
+    ({"descriptor": {"m": 1, "n": 1, "k": 256}, "params": {"vec": 1}}, "lack split"),
+    ({"key": "abc", "params": {"split": 2}}, "not a descriptor key"),
+    ({"key": "0" * 64, "params": {"nothing": 1}}, "no kind's launch"),
+]
+
+
+def test_override_files_are_checked_against_the_familys_knobs_and_a_bad_one_changes_nothing(tmp_path, sim_prof):
+    good = {"kind": "matmul_splitk", "descriptor": {"m": 8, "n": 8, "k": 4096}, "params": {"split": 8}}
+    keep = tmp_path / "keep.jsonl"
+    keep.write_text(json.dumps(good) + "\n")
+    assert H.load_overrides(keep) == 1
+    for n, (line, why) in enumerate(BAD_LINES):
+        f = tmp_path / f"bad{n}.jsonl"
+        f.write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
+        with pytest.raises(H.OverrideFileError, match=f"bad{n}.jsonl:2: .*{why}"):
+            H.load_overrides(f, replace=True)
+    nan = tmp_path / "nan.jsonl"
+    nan.write_text('{"kind": "matmul_splitk", "key": "' + "1" * 64 + '", "params": {"split": NaN}}\n')
+    with pytest.raises(H.OverrideFileError, match="split is nan"):
+        H.load_overrides(nan, replace=True)
+    whole = tmp_path / "whole.json"
+    whole.write_text(json.dumps({"abc": {"split": 2}}))
+    with pytest.raises(H.OverrideFileError, match="key abc: .*not a descriptor key"):
+        H.load_overrides(whole, replace=True)
+    for text in ("", "# only a comment\n", "{}"):
+        (tmp_path / "empty.json").write_text(text)
+        with pytest.raises(H.OverrideFileError, match="has no override.*nothing was replaced"):
+            H.load_overrides(tmp_path / "empty.json", replace=True)
+    # every refusal above left the first file's override in place
+    assert H.choose("matmul_splitk", {"m": 8, "n": 8, "k": 4096}, sim_prof) == {"split": 8}
+    with pytest.raises(H.HeuristicError, match="override for .*lack split"):
+        H.set_overrides({"2" * 64: {}}, kind="matmul_splitk")
+
+
+def test_a_byte_order_mark_does_not_spoil_the_first_line(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_bytes(b"\xef\xbb\xbf" + b'{"op": "add", "n": 4096}\n')
+    probs, bad = E.read_problems("pointwise", f)
+    assert probs == [PW.descriptor({"op": "add", "n": 4096})] and bad == []
+
+
+@pytest.mark.parametrize("answer, why", [({"block": 256}, "lack vec, ept, grid"), ([1, 2], "not a dict"),
+                                         ({"vec": 1, "ept": 1, "block": 128, "grid": "all"}, "grid is 'all'")])
+def test_a_user_choice_no_kernel_could_take_fails_its_row_not_the_evaluation(answer, why):
+    H.register("pointwise", lambda d, p: answer)
+    res = E.evaluate("pointwise", [{"op": "add", "n": 4096}, {"op": "mul", "n": 100000}], backend="sim")
+    assert res["evaluated"] == 2 and res["summary"]["heuristic"] == {"n": 0, "choice_failed": 2}
+    assert res["summary"]["baseline"]["n"] == 2  # the rest of each row was measured
+    for row in res["rows"]:
+        assert row["heuristic"] is None and row["predicted_us"] is None and why in row["heuristic_error"]
+    assert "| 2 |" in E.to_markdown(res)
+
+
+def test_evaluate_takes_descriptors_as_mappings_from_python():
+    res = E.evaluate("normalization", [{"op": "softmax", "rows": 16, "cols": 512}], backend="sim")
+    assert res["evaluated"] == 1 and res["rows"][0]["descriptor"]["dtype"] == "float32"
+    with pytest.raises(H.HeuristicError, match="missing field"):
+        E.evaluate("normalization", [{"op": "softmax"}], backend="sim")
+
+
+def test_a_problem_of_no_known_kind_says_so(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"kind": null, "op": "add", "n": 10}\n{"kind": "normalization", "op": "add", "n": 10}\n'
+                 '{"op": "add", "n": 10}\n')
+    _, bad = E.read_problems("pointwise", f)
+    assert bad == [f"{f}:1: kind null is none of pointwise, normalization, matmul_splitk",
+                   f"{f}:2: a normalization problem, not pointwise"]
+
+
+def test_a_replay_of_no_named_device_is_refused_in_one_line(tmp_path, capsys):
+    res = E.evaluate("pointwise", [{"op": "add", "n": 4096}], backend="sim")
+    rec = tmp_path / "r.json"
+    rec.write_text(json.dumps(dict(res, device={})))
+    code, _, err = _cli(capsys, "--kind", "pointwise", "--backend", f"replay:{rec}")
+    assert code == 2 and "device fingerprint has no name" in err and "Traceback" not in err
+    res["rows"][0]["descriptor"]["n"] = 1e300
+    rec.write_text(json.dumps(res))
+    code, _, err = _cli(capsys, "--kind", "pointwise", "--backend", f"replay:{rec}")
+    assert code == 2 and "a recorded row's problem" in err and "64-bit index" in err
+
+
+def test_an_empty_problems_path_is_an_error_not_the_generator(capsys):
+    code, out, err = _cli(capsys, "--kind", "pointwise", "--problems", "", "--backend", "sim")
+    assert code == 2 and "--problems: the path is empty" in err and out == ""
+
+
+def test_out_writes_both_files_or_neither_and_the_result_still_reaches_stdout(tmp_path, capsys, monkeypatch):
+    from calib import cli_args
+    from calib.heuristics import cli as HC
+
+    (tmp_path / "r.md").symlink_to(tmp_path / "nowhere")  # a dangling link is replaced, not followed
+    code, out, err = _cli(capsys, "--kind", "pointwise", "--count", "2", "--backend", "sim",
+                          "--out", str(tmp_path / "r"))
+    assert code == 0 and (tmp_path / "r.md").read_text() == out and not (tmp_path / "r.md").is_symlink()
+    assert json.loads((tmp_path / "r.json").read_text())["evaluated"] == 2
+    with pytest.raises(cli_args.BadArgument, match="cannot write .*missing"):
+        HC._write_both({str(tmp_path / "a.json"): "{}", str(tmp_path / "missing" / "a.md"): "x"})
+    assert sorted(os.listdir(tmp_path)) == ["r.json", "r.md"]  # no a.json alone, no temporary file
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    code, out, err = _cli(capsys, "--kind", "pointwise", "--count", "2", "--backend", "sim", "--json",
+                          "--out", str(tmp_path / "s"))
+    monkeypatch.setattr(os, "replace", real)
+    assert code == 2 and "No space left on device" in err and json.loads(out)["evaluated"] == 2
+    assert sorted(os.listdir(tmp_path)) == ["r.json", "r.md"]
+
+
+def test_read_never_raises_for_a_name_that_is_not_a_string(sim_prof):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert H.read(sim_prof, None, 7) == 7 and H.read(sim_prof, 5, 8) == 8
+    assert any("must be a string" in str(w.message) for w in caught)
