@@ -79,8 +79,10 @@ def test_a_choice_outside_the_recorded_candidates_counts_as_failed(recorded, tmp
     ('{"format": "calib.heuristics.evaluation", "version": 99, "kind": "pointwise", "rows": []}', "version 99"),
     ('{"format": "calib.heuristics.evaluation", "version": 1, "kind": "normalization", "rows": []}',
      "not 'pointwise'"),
+    ('{"format": "calib.heuristics.evaluation", "version": 1, "kind": "pointwise", "device": {"name": "X"}, '
+     '"software": {}, "rows": [{"descriptor": {}}]}', "times_us"),
     ('{"format": "calib.heuristics.evaluation", "version": 1, "kind": "pointwise", "device": {}, "software": {}, '
-     '"rows": [{"descriptor": {}}]}', "times_us"),
+     '"rows": [{"descriptor": {}}]}', "fingerprint has no name"),
     ('{"format": "calib.heuristics.evaluation", "version": 1, "kind": "pointwise", "rows": []}', "no device"),
     ('{"format": "calib.heuristics.evaluation", "version": 1, "kind": "pointwise", "device": null, "rows": []}',
      "no device"),
