@@ -197,6 +197,13 @@ def test_evaluate_takes_descriptors_as_mappings_from_python():
         E.evaluate("normalization", [{"op": "softmax"}], backend="sim")
 
 
+def test_a_problem_written_twice_is_evaluated_once(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"op": "add", "n": 1000}\n{"op": "add", "n": 1e3, "dtype": "float32"}\n{"op": "add", "n": 1001}\n')
+    probs, bad = E.read_problems("pointwise", f)
+    assert [d.n for d in probs] == [1000, 1001] and bad == [f"{f}:2: the same problem as line 1"]
+
+
 def test_a_problem_of_no_known_kind_says_so(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text('{"kind": null, "op": "add", "n": 10}\n{"kind": "normalization", "op": "add", "n": 10}\n'

@@ -103,7 +103,7 @@ def read_problems(kind: str, path) -> tuple[list, list[str]]:
     fam = family(kind)
     p = Path(path)
     text = read_text(p, "problems file", ProblemFileError)
-    out, bad = [], []
+    out, bad, seen = [], [], {}
     for n, obj in json_lines(text, p, bad):
         if isinstance(obj, dict) and obj.get("kind", kind) != kind:
             other = obj["kind"]
@@ -111,9 +111,15 @@ def read_problems(kind: str, path) -> tuple[list, list[str]]:
                        f"{p}:{n}: kind {json.dumps(other)[:40]} is none of {', '.join(KINDS)}")
             continue
         try:
-            out.append(fam.descriptor(obj))
+            d = fam.descriptor(obj)
         except HeuristicError as exc:
             bad.append(f"{p}:{n}: {exc}")
+            continue
+        if d in seen:  # counted once: a problem twice would weigh twice in every mean
+            bad.append(f"{p}:{n}: the same problem as line {seen[d]}")
+        else:
+            seen[d] = n
+            out.append(d)
     if not out:
         more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
         why = f": {'; '.join(bad[:5])}{more}" if bad else " (it is empty)"
