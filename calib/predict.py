@@ -21,14 +21,16 @@ __all__ = ["Prediction", "predict", "predict_model"]  # and, on first use, learn
 
 
 def predict(kind: str, descriptor, params: dict, profile=None) -> Prediction:
-    """Expected time of ``kind``'s kernel for ``descriptor`` launched with ``params``."""
-    from .heuristics.families import family
-    from .heuristics.knobs import knobs
+    """Expected time of ``kind``'s kernel for ``descriptor`` launched with ``params``.
+
+    HeuristicError names what is wrong with a kind, a descriptor or a launch no kernel of the
+    family could run (a knob missing, a vector wider than 16 bytes, a block over 1024 threads)."""
+    from .heuristics.families import family, launch
     from .heuristics.registry import default_profile
 
     fam = family(kind)
-    return predict_model(fam.model_us, fam.descriptor(descriptor), knobs(params),
-                         default_profile() if profile is None else profile)
+    d = fam.descriptor(descriptor)
+    return predict_model(fam.model_us, d, launch(kind, params, d), default_profile() if profile is None else profile)
 
 
 def __getattr__(name):

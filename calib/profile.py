@@ -991,6 +991,11 @@ def _write_atomic(path: Path, doc: dict):
     if old is not None and not _stat.S_ISREG(old.st_mode):
         raise ProfileError(f"profile {path} is {_file_type(old.st_mode)}, not a file: give the path of a "
                            "profile's .json file")
+    if old is not None and (not old.st_mode & 0o222 or not os.access(path, os.W_OK)):
+        # the rename below needs only the folder's permission: a file its owner made read-only (or
+        # root's write past any mode) was replaced all the same
+        raise ProfileError(f"profile {path} is read-only (mode {_stat.S_IMODE(old.st_mode):04o}); it is left as "
+                           "it is: make it writable (chmod u+w) to write to it, or write to another path")
     tmp = _temporary_name(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:

@@ -261,6 +261,7 @@ def test_evaluation_on_a_hand_computable_family(monkeypatch):
 
     monkeypatch.setattr(PW, "space", lambda d: [Knobs(c="a"), Knobs(c="b")])
     monkeypatch.setattr(PW, "KNOB_VALUES", {"c": ("a", "b", "c")})
+    monkeypatch.setattr(PW, "launch_problem", lambda d, k: None)
     monkeypatch.setattr(PW, "model_us", lambda d, k, q, hidden=False:
                         times[k["c"]] * (1 if d.n == 1000 else 3) * (1.0 if hidden else 0.8))
     monkeypatch.setattr(PW, "sim_library_us", lambda d, q: 40.0)

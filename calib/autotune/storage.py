@@ -128,9 +128,13 @@ class AutotuneDB:
             conn = sqlite3.connect(path, timeout=60)
             try:
                 return conn.execute(sql, params).fetchall()
-            except sqlite3.OperationalError as exc:
+            except sqlite3.DatabaseError as exc:  # OperationalError ("no such table") is one too
                 if "no such table" not in str(exc):
-                    raise
+                    from ..store import StoreError
+
+                    # not a database, a damaged page: named, not sqlite3's bare "file is not a database"
+                    raise StoreError(f"tuning database {path} cannot be read ({exc}); it is left as it is: "
+                                     "move it aside to start a new one") from None
             finally:
                 conn.close()
         from sqlalchemy import text

@@ -381,7 +381,7 @@ def _one(fam, kind, d, case, tuner, profile, timer, baseline, predict_model) -> 
             return None
 
     try:  # a user's heuristic or override that names no launch of the family: its choice failed
-        h, choice_error = launch(kind, choose(kind, d, profile)), None
+        h, choice_error = launch(kind, choose(kind, d, profile), d), None
     except HeuristicError as exc:
         h, choice_error = None, str(exc)
     b = baseline(d, profile)

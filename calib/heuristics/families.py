@@ -15,8 +15,16 @@ def family(kind: str):
     return importlib.import_module(f"{__package__}.{MODULES[kind]}")
 
 
-def launch(kind: str, params):
-    """``params`` checked as ``kind``'s launch parameters (:func:`calib.heuristics.knobs.check_knobs`)."""
+def launch(kind: str, params, descriptor=None):
+    """``params`` checked as ``kind``'s launch parameters (:func:`calib.heuristics.knobs.check_knobs`);
+    with ``descriptor``, also as a launch of that problem the family's kernels can run (its
+    ``launch_problem``: a vector of at most 16 bytes, a split that divides K), HeuristicError if not."""
     from .knobs import check_knobs
+    from .registry import HeuristicError
 
-    return check_knobs(kind, family(kind).KNOB_VALUES, params)
+    fam = family(kind)
+    k = check_knobs(kind, fam.KNOB_VALUES, params)
+    why = fam.launch_problem(descriptor, k) if descriptor is not None else None
+    if why:
+        raise HeuristicError(f"{kind} launch {k.autotune_name} of {descriptor}: {why}")
+    return k

@@ -61,6 +61,24 @@ def check_knobs(kind: str, spec: dict, params) -> Knobs:
     return Knobs(out)
 
 
+MAX_BLOCK_THREADS = 1024  # CUDA's limit on the threads of one block, every architecture since 2.0
+
+
+def vector_problem(d, vec: int) -> str | None:
+    """Why ``vec`` elements of ``d``'s dtype are no vector access (None if they are one): CUDA loads
+    1, 2, 4, 8 or 16 bytes at once."""
+    width = vec * d.itemsize_bytes
+    if width > 16 or width & (width - 1):
+        return f"vec {vec} of {d.dtype} is {width} bytes; a vector access is 1, 2, 4, 8 or 16 bytes"
+    return None
+
+
+def block_problem(threads: int, name: str) -> str | None:
+    if threads > MAX_BLOCK_THREADS:
+        return f"{name} {threads} is more than the {MAX_BLOCK_THREADS} threads a CUDA block may have"
+    return None
+
+
 def _short(value) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

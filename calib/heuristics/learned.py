@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from . import predictor as P
 from .registry import HeuristicError, read
 
-NAME = re.compile(r"^[a-z0-9_]+$")
+NAME = re.compile(r"[a-z0-9_]+")  # fullmatch: "a\n" is no name ($ matched before a final newline)
 
 # Where a learning size's points lie: b * spread ** u, u from a low-discrepancy (golden-ratio) sequence
 # over [-1, 1], so the points fall at unrelated phases of any quantisation much finer than the band
@@ -94,6 +94,9 @@ class LearnedModel:
     n: int = 0
     l2_scale_bytes: float = P.DEFAULTS["memory.l2.capacity_bytes"]  # the profile's P.l2_scale_bytes
     dram_fill_us: float = 0.0  # from the profile (dram_fill_us), not fitted
+    device: dict = field(default_factory=dict)  # the fingerprint of the profile it was fitted against
+    software: dict = field(default_factory=dict)
+    flags: list = field(default_factory=list)  # what is wrong with the fit (a poor fit), carried to the profile
 
     def predict_us(self, nbytes: float) -> float:
         f = P.streamed_l2_fraction(None, nbytes, scale_bytes=self.l2_scale_bytes)
@@ -103,6 +106,14 @@ class LearnedModel:
     def predict(self, nbytes: float) -> P.Prediction:
         """The time at ``nbytes`` with a delta-method interval from the three numbers' CIs
         (as independent: the profile keeps CIs, not covariances)."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not 0 <= nbytes < math.inf:
+            raise HeuristicError(f"predicting {self.kernel}: {nbytes!r} is no size; a size is a finite number "
+                                 "of bytes, 0 or more")
+        if self.flags:
+            from .registry import _warn_once
+
+            _warn_once(("learned", self.kernel, tuple(self.flags)),
+                       f"the learned model of {self.kernel} is flagged: {'; '.join(self.flags)}")
         t = self.predict_us(nbytes)
         contrib = {}
         for name in ("t0_us", "rate_gbps", "l2_rate_gbps"):
@@ -126,8 +137,8 @@ class LearnedModel:
             rec = {"value": v, "unit": unit, "n": self.n, "source": source,
                    "method": "WLS over samples, t = t0 + DRAM share x fill + bytes_L2/r_L2 + bytes_DRAM/r_DRAM, "
                              "L2 share and DRAM fill from the profile",
-                   "flags": ["assumed from the other rate and the profile's L2/DRAM ratio"] if name in self.assumed
-                   else []}
+                   "flags": (["assumed from the other rate and the profile's L2/DRAM ratio"] if name in self.assumed
+                             else []) + list(self.flags)}
             if ci and ci[0] <= v <= ci[1] and ci[0] > 0:
                 rec["ci95"] = [float(ci[0]), float(ci[1])]
             out[f"learned.{self.kernel}.{name}"] = rec
@@ -140,26 +151,48 @@ class LearnedModel:
         return out
 
     def save(self, path, profile=None):
-        """Merge the records into the profile at ``path`` (atomic, under its lock)."""
-        from ..profile import merge_into
+        """Merge the records into the profile at ``path`` (atomic, under its lock), as the device of
+        ``profile``, else of the profile the model was fitted against, else of the file at ``path``:
+        a model saved without a profile had written ``device: {}``, which the file's own device then
+        refused as another's.
 
-        device = dict(getattr(profile, "device", None) or {})
-        software = dict(getattr(profile, "software", None) or {})
+        A model whose fixed cost or rates are not above 0 is refused (HeuristicError): the profile's
+        reader rejects such a time, so it would be written and then unreadable. Other poor fits are
+        stored with their flags."""
+        from ..profile import ProfileError, merge_into, read_profile
+
+        bad = [n for n in ("t0_us", "rate_gbps", "l2_rate_gbps") if not getattr(self, n) > 0]
+        if bad:
+            raise HeuristicError(f"the learned model of {self.kernel} is not saved: {', '.join(bad)} not above 0 "
+                                 f"({'; '.join(self.flags) or 'a poor fit'})")
+        device = dict(getattr(profile, "device", None) or self.device or {})
+        software = dict(getattr(profile, "software", None) or self.software or {})
+        if not device:
+            try:
+                there = read_profile(path)
+            except (ProfileError, OSError):
+                there = None
+            if there is not None and there.device:
+                device, software = dict(there.device), dict(there.software or {})
         return merge_into(path, self.records(), device=device, software=software)
 
     @classmethod
     def from_profile(cls, profile, kernel: str) -> LearnedModel:
         """The model stored under ``learned.<kernel>.*``, read through ``query``; the L2 sizes from
         the same profile. Raises HeuristicError when the profile has none."""
+        if not isinstance(kernel, str) or not NAME.fullmatch(kernel):
+            raise HeuristicError(f"a learned kernel's name is lower-case letters, digits and _: {kernel!r}")
         vals = {n: read(profile, f"learned.{kernel}.{n}", None) for n in ("t0_us", "rate_gbps", "l2_rate_gbps")}
         missing = [n for n, v in vals.items() if v is None]
         if missing:
             raise HeuristicError(f"the profile has no learned model of {kernel!r} (missing "
                                  f"{', '.join('learned.' + kernel + '.' + m for m in missing)})")
-        ci = {}
+        ci, flags = {}, []
         for n in vals:
             try:
-                c = profile.record(f"learned.{kernel}.{n}").ci95
+                rec = profile.record(f"learned.{kernel}.{n}")
+                c = rec.ci95
+                flags += [f for f in (rec.flags or ()) if f.startswith("poor fit") and f not in flags]
             except Exception:  # noqa: BLE001 - no CI: the prediction has none from it
                 c = None
             if c:
@@ -168,7 +201,9 @@ class LearnedModel:
         fill = read(profile, f"learned.{kernel}.dram_fill_us", None)  # None: stored before the fill existed
         return cls(kernel, vals["t0_us"], vals["rate_gbps"], vals["l2_rate_gbps"], ci,
                    l2_scale_bytes=P.l2_scale_bytes(q),
-                   dram_fill_us=0.0 if fill is None else float(fill))
+                   dram_fill_us=0.0 if fill is None else float(fill),
+                   device=dict(getattr(profile, "device", None) or {}),
+                   software=dict(getattr(profile, "software", None) or {}), flags=flags)
 
 
 def default_sizes(profile) -> list[float]:
@@ -213,8 +248,9 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
     import numpy as np
     from scipy import stats
 
-    if not NAME.match(kernel):
+    if not isinstance(kernel, str) or not NAME.fullmatch(kernel):
         raise HeuristicError(f"a learned kernel's name is lower-case letters, digits and _: {kernel!r}")
+    nbytes, samples_us = _checked_sizes(kernel, nbytes, samples_us)
     q = P.q_of(profile)
     fill = dram_fill_us(q)
     rows, ys, offs = [], [], []
@@ -227,13 +263,17 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
                 ys.append(t)
                 offs.append((1 - f) * fill)
     X, y, off = np.asarray(rows), np.asarray(ys), np.asarray(offs)
-    if len(set(map(float, nbytes))) < 2 or len(y) < 4:
-        raise HeuristicError(f"learning {kernel} needs at least two sizes and four samples")
+    sizes = sorted({float(X[i, 1] + X[i, 2]) for i in range(len(X))})  # sizes with a usable sample
+    if len(sizes) < 2 or len(y) < 4:
+        raise HeuristicError(f"learning {kernel} needs at least two sizes with a usable sample (a finite time "
+                             f"above 0) and four such samples; it has {len(sizes)} and {len(y)}")
     dram_r = P.dram_gbps(q, "copy", 16)
     ratio = q("memory.l2.read_bandwidth_gbps") / dram_r  # the profile's L2/DRAM ratio, for an unidentified rate
     assumed = []
     has_dram, has_l2 = X[:, 1].any(), X[:, 2].any()
     if has_dram and has_l2 and len({round(x, 9) for x in X[:, 1] / np.maximum(X[:, 1] + X[:, 2], 1e-30)}) < 2:
+        has_l2 = False
+    if has_dram and has_l2 and len(sizes) < 3:  # three numbers from two sizes: one is not identified
         has_l2 = False
     if has_dram and has_l2:
         cols = [0, 1, 2]
@@ -246,22 +286,8 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
         cols = [0, 2]
         D = np.column_stack([X[:, 0], X[:, 2] + X[:, 1] * ratio])
         assumed = ["rate_gbps"]
-    scale = D.max(axis=0)
-    scale[scale == 0] = 1
-    Dn = D / scale
-    w = 1.0 / y**2
     yf = y - off  # the DRAM fill is the profile's, not fitted
-    for _ in range(2):  # weights from fitted, not observed, times (a noisy sample must not pick its weight)
-        sw = np.sqrt(w)
-        beta, *_ = np.linalg.lstsq(Dn * sw[:, None], yf * sw, rcond=None)
-        fitted = Dn @ beta + off
-        w = 1.0 / np.where(fitted > 0, fitted, y) ** 2
-    resid = (yf - Dn @ beta) * np.sqrt(w)
-    dof = max(len(y) - D.shape[1], 1)
-    s2 = float(resid @ resid) / dof
-    cov = s2 * np.linalg.pinv((Dn * w[:, None]).T @ Dn)
-    se = np.sqrt(np.diag(cov)) / scale
-    beta = beta / scale
+    beta, se, resid, dof = _wls(kernel, D, y, yf, off)
     tq = float(stats.t.ppf(0.975, dof))
     t0, c_a = float(beta[0]), float(beta[1])
     ci = {"t0_us": (t0 - tq * se[0], t0 + tq * se[0])}
@@ -287,7 +313,95 @@ def fit(kernel: str, nbytes, samples_us, profile) -> LearnedModel:
         ci["rate_gbps"] = ci_d
     if ci_l:
         ci["l2_rate_gbps"] = ci_l
-    return LearnedModel(kernel, t0, r_d, r_l, ci, tuple(assumed), len(y), l2_scale, fill)
+    model = LearnedModel(kernel, t0, r_d, r_l, ci, tuple(assumed), len(y), l2_scale, fill,
+                         device=dict(getattr(profile, "device", None) or {}),
+                         software=dict(getattr(profile, "software", None) or {}))
+    model.flags = _fit_flags(model, nbytes, samples_us)
+    return model
+
+
+def _checked_sizes(kernel: str, nbytes, samples_us) -> tuple[list, list]:
+    """The sizes (bytes, finite and above 0) and their samples, one sequence each, of equal length:
+    a NaN size ended in LAPACK's "SVD did not converge", and zip() cut a longer list short silently."""
+    try:
+        nbytes, samples_us = list(nbytes), list(samples_us)
+    except TypeError:
+        raise HeuristicError(f"learning {kernel}: the sizes and the samples must each be a sequence") from None
+    if len(nbytes) != len(samples_us):
+        raise HeuristicError(f"learning {kernel}: {len(nbytes)} sizes but {len(samples_us)} sequences of samples; "
+                             "give one sequence of samples per size")
+    out = []
+    for i, b in enumerate(nbytes):
+        try:
+            v = float(b)
+        except (TypeError, ValueError, OverflowError):
+            v = math.nan
+        if isinstance(b, bool) or not math.isfinite(v) or v <= 0:
+            raise HeuristicError(f"learning {kernel}: size {i} is {b!r} bytes; a size is a finite number of "
+                                 "bytes above 0")
+        out.append(v)
+    return out, samples_us
+
+
+def _wls(kernel: str, D, y, yf, off):
+    """Weighted least squares of ``yf`` on the columns of ``D`` (weights 1/t², from fitted times after
+    a first pass): (coefficients, their standard errors, weighted residuals, residual dof).
+
+    Solved and its covariance taken from the SVD of the weighted design with each column scaled to
+    unit norm, not from the normal equations' pseudo-inverse: with sizes from 1 B to 1 PB the normal
+    matrix's condition number passed pinv's cutoff, a direction was dropped and a rate's interval
+    came out of zero width (3996.13-3996.13 GB/s; 1% coverage of the truth over 200 seeds). A design
+    that still cannot separate the numbers (two columns alike) is refused, not given a CI."""
+    import numpy as np
+
+    w = 1.0 / y**2
+    for _ in range(2):  # weights from fitted, not observed, times (a noisy sample must not pick its weight)
+        sw = np.sqrt(w)
+        A = D * sw[:, None]
+        norm = np.linalg.norm(A, axis=0)
+        norm[norm == 0] = 1.0
+        U, S, Vt = np.linalg.svd(A / norm, full_matrices=False)
+        if S[-1] <= S[0] * 1e-12:
+            raise HeuristicError(f"learning {kernel}: the sizes cannot separate the fixed cost from the rates "
+                                 "(give sizes that differ in bytes and in memory level)")
+        beta = (Vt.T @ ((U.T @ (yf * sw)) / S)) / norm
+        fitted = D @ beta + off
+        w = 1.0 / np.where(fitted > 0, fitted, y) ** 2
+    resid = (yf - D @ beta) * np.sqrt(w)
+    dof = max(len(y) - D.shape[1], 1)
+    s2 = float(resid @ resid) / dof
+    se = np.sqrt(s2 * np.sum((Vt.T / S) ** 2, axis=1)) / norm
+    return beta, se, resid, dof
+
+
+# A learning size the fitted model misses by more than this (its samples' median against the
+# model) flags the fit as poor: the issue's bar at other sizes is a p90 of 5% and a worst case of
+# 20%, so a model that cannot reach its own sizes within 10% is not this kernel's.
+POOR_FIT_REL = 0.10
+
+
+def _fit_flags(model: LearnedModel, nbytes, samples_us) -> list[str]:
+    """What is wrong with a fit, in words a profile's ``flags`` carry: a fixed cost at or below 0
+    (no kernel launches for nothing: the times grow faster than bytes / rate), a learning size
+    missed by more than POOR_FIT_REL."""
+    import numpy as np
+
+    flags = []
+    if not model.t0_us > 0:
+        flags.append(f"poor fit: the fixed cost came out {model.t0_us:.3g} us, not above 0 (the times grow "
+                     "faster than a fixed cost plus bytes over a rate)")
+    worst, where = 0.0, None
+    for b, s in zip(nbytes, samples_us):
+        t = np.asarray(s, dtype=float).ravel()
+        t = t[np.isfinite(t) & (t > 0)]
+        if t.size:
+            miss = abs(float(np.median(t)) / model.predict_us(b) - 1)
+            if miss > worst:
+                worst, where = miss, b
+    if worst > POOR_FIT_REL:
+        flags.append(f"poor fit: the model misses a learning size ({where:.4g} B) by {worst:.0%} "
+                     f"(more than {POOR_FIT_REL:.0%})")
+    return flags
 
 
 def learn(kernel: str, make=None, *, sizes=None, bytes_of=None, measure=None, profile=None, timer=None,
@@ -329,10 +443,24 @@ def learn_from_autotune(kernel: str, family: str, bytes_of, *, device: dict, url
                         profile=None) -> LearnedModel:
     """The same fit from the tuning database: each stored problem of ``family`` on ``device`` is one
     size (``bytes_of(descriptor dict)``), timed by its fastest candidate's samples."""
+    from .. import fingerprint as fp
     from ..autotune.entries import device_key
     from ..autotune.storage import AutotuneDB
 
-    entries, _bad = AutotuneDB(url).read_all(family, device_key(device))
+    if profile is None:
+        from .registry import default_profile
+
+        profile = default_profile()
+    try:
+        key = device_key(device)
+    except (TypeError, ValueError) as exc:
+        raise HeuristicError(f"learning {kernel} from the tuning database: device: {exc}") from None
+    theirs = getattr(profile, "device", None)
+    other = fp.hard_differences(theirs, device) if isinstance(theirs, dict) and theirs else []
+    if other:  # a model of one GPU's times fitted against another's L2 sizes and fill
+        raise HeuristicError(f"learning {kernel}: the tuning results are of another device than the profile "
+                             f"({'; '.join(other)}); give the profile of the device they were timed on")
+    entries, _bad = AutotuneDB(url).read_all(family, key)
     nbytes, samples = [], []
     for e in entries:
         ok = [t for t in e.timings.values() if t.usable]
@@ -344,10 +472,10 @@ def learn_from_autotune(kernel: str, family: str, bytes_of, *, device: dict, url
         nbytes.append(float(bytes_of(json.loads(e.descriptor))))
         samples.append(list(best.samples_us) if best.samples_us else [best.time_us])
     if len(nbytes) < 2:
+        hint = ""
+        if not entries and not family.startswith("heuristics.") and family in ("pointwise", "normalization",
+                                                                               "matmul_splitk"):
+            hint = f" (the evaluation stores its problems as family 'heuristics.{family}')"
         raise HeuristicError(f"the tuning database has {len(nbytes)} usable {family} entries for this device; "
-                             "learning needs two sizes or more")
-    if profile is None:
-        from .registry import default_profile
-
-        profile = default_profile()
+                             f"learning needs two sizes or more{hint}")
     return fit(kernel, nbytes, samples, profile)

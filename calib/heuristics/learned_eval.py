@@ -25,7 +25,9 @@ import sys
 
 
 def _cupy_ops():
-    import cupy as cp
+    from .knobs import require_cupy
+
+    cp = require_cupy("timing library ops on a GPU (--backend cupy)")
 
     def multiply(nbytes):
         n = max(1, int(nbytes // 12))
@@ -49,6 +51,7 @@ def _cupy_ops():
 
 
 PASSES = 3
+MIN_BYTES = 64e3  # the smallest size the models are compared at
 POINTS = 34  # every third is the 12-size grid of the recordings before 2026-12-02
 FORMAT_VERSION = 2
 
@@ -133,7 +136,7 @@ def evaluate_ops(backend: str = "cupy", *, points: int = POINTS, max_bytes: floa
         measures = {k: measure_with(m) for k, m in makers.items()}
     nominal = L.default_sizes(profile)
     learn_at = L.learning_points(nominal)
-    sizes = [float(x) for x in np.geomspace(64e3, max_bytes, points)]
+    sizes = [float(x) for x in np.geomspace(MIN_BYTES, max_bytes, points)]
     sub = _every_third(points)
     q = P.q_of(profile)
     out = {"format": "calib.heuristics.learned_evaluation", "version": FORMAT_VERSION, "backend": backend,
@@ -184,24 +187,35 @@ def to_markdown(res) -> str:
 
 
 def main(argv=None):
+    """The evaluation as a script; a bad argument or a missing CuPy is one line and exit 2."""
     import argparse
+
+    from .. import cli_args
+    from ..errors import CalibError
+    from .cli import _check_out, _write_both
 
     p = argparse.ArgumentParser(prog="python -m calib.heuristics.learned_eval")
     p.add_argument("--backend", choices=["cupy", "sim"], default="cupy")
-    p.add_argument("--max-bytes", type=float, default=4e9)
+    p.add_argument("--max-bytes", type=cli_args.at_most(cli_args.float_at_least(2 * MIN_BYTES), 1e13), default=4e9,
+                   help=f"the largest size measured (the sizes run from {MIN_BYTES:g} B)")
     p.add_argument("--out", help="PREFIX: writes PREFIX.json and PREFIX.md")
-    p.add_argument("--points", type=int, default=POINTS)
+    p.add_argument("--points", type=cli_args.at_most(cli_args.positive_int, 10_000), default=POINTS)
     a = p.parse_args(argv)
-
-    def write(res):
+    try:
+        if a.points < 2:
+            raise cli_args.BadArgument(f"--points {a.points}: at least 2 sizes to compare the models at")
         if a.out:
-            with open(a.out + ".json", "w") as f:
-                json.dump(res, f, indent=1)
-            with open(a.out + ".md", "w") as f:
-                f.write(to_markdown(res))
+            _check_out(a.out)  # before the measurements, not after them
 
-    res = evaluate_ops(a.backend, points=a.points, max_bytes=a.max_bytes, progress=sys.stderr, on_op=write)
-    write(res)
+        def write(res):
+            if a.out:
+                _write_both({a.out + ".json": json.dumps(res, indent=1) + "\n", a.out + ".md": to_markdown(res)})
+
+        res = evaluate_ops(a.backend, points=a.points, max_bytes=a.max_bytes, progress=sys.stderr, on_op=write)
+        write(res)
+    except CalibError as exc:
+        print(f"python -m calib.heuristics.learned_eval: error: {exc}", file=sys.stderr)
+        return 2
     sys.stdout.write(to_markdown(res))
     return 0
 

@@ -28,7 +28,8 @@ from pathlib import Path
 from .._lazy import lazy
 from ..errors import CalibError
 from . import predictor as P
-from .knobs import COUNT, COUNT0, ITEMSIZE, FamilyDescriptor, Knobs, check_output, require_cupy
+from .knobs import (COUNT, COUNT0, ITEMSIZE, FamilyDescriptor, Knobs, block_problem, check_output, require_cupy,
+                    vector_problem)
 
 np = lazy("numpy")
 
@@ -42,6 +43,12 @@ BUFFERS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 # What a launch of this family must name (knobs.check_knobs): an override or a user's choice
 # is checked against it.
 KNOB_VALUES = {"strategy": ("persistent", "multipass"), "threads": COUNT, "vec": COUNT, "buffer": COUNT0}
+
+
+def launch_problem(d, k) -> str | None:
+    """Why launch ``k`` cannot run on ``d`` (families.launch), None if it can. A persistent row that
+    does not fit its registers is the model's to price (infinite), not refused here."""
+    return vector_problem(d, k["vec"]) or block_problem(k["threads"], "threads")
 WIDTHS = (4, 8, 16)
 UNROLL = 4  # vectors per thread the multi-pass loops unroll (the source's #pragma unroll)
 EPS = 1e-5

@@ -41,7 +41,7 @@ import math
 
 from .._lazy import lazy
 from . import predictor as P
-from .knobs import COUNT, ITEMSIZE, FamilyDescriptor, Knobs, check_output, require_cupy
+from .knobs import COUNT, ITEMSIZE, FamilyDescriptor, Knobs, block_problem, check_output, require_cupy, vector_problem
 
 np = lazy("numpy")
 
@@ -58,6 +58,11 @@ GRIDS = ("cover", 4)
 # What a launch of this family must name (knobs.check_knobs): an override or a user's choice
 # is checked against it.
 KNOB_VALUES = {"vec": COUNT, "ept": COUNT, "block": COUNT, "grid": ("cover", COUNT)}
+
+
+def launch_problem(d, k) -> str | None:
+    """Why launch ``k`` cannot run on ``d`` (families.launch), None if it can."""
+    return vector_problem(d, k["vec"]) or block_problem(k["block"], "block")
 
 
 @dataclasses.dataclass(frozen=True)

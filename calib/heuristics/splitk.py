@@ -61,6 +61,14 @@ SPLITS = (1, 2, 4, 8, 16, 32)
 # What a launch of this family must name (knobs.check_knobs): an override or a user's choice
 # is checked against it.
 KNOB_VALUES = {"split": COUNT}
+
+
+def launch_problem(d, k) -> str | None:
+    """Why launch ``k`` cannot run on ``d`` (families.launch), None if it can: the K-slices are a
+    reshape of the operands, so the split must divide K."""
+    if d.k % k["split"]:
+        return f"split {k['split']} does not divide K = {d.k} (the slices are a reshape of the operands)"
+    return None
 MIN_K_PER_SLICE = 128
 TILE = 128
 RATE = {"float16": "compute.fp16.tensor_tflops", "float32": "compute.fp32.fma_tflops"}
