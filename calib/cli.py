@@ -356,6 +356,14 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        # the reader went away (`calib diff A B | head`): nothing more to say to it, and no traceback.
+        # stdout is pointed at /dev/null so that Python's own flush at exit does not fail again.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command its pipe closed on
     except CalibError as exc:
         # calib refused, with a reason: the reason is the message. Anything else is a bug and
         # keeps its traceback.

@@ -185,13 +185,16 @@ def _finite(value):
 def failed(doc: dict, fail_on: str | None) -> list[str]:
     """Names of the parameters that make ``--fail-on`` fail: ``significant`` (the difference is
     beyond the measurements' uncertainty) or ``material`` (significant and beyond the threshold:
-    a change within the noise is no change, however large its ratio)."""
+    a change within the noise is no change, however large its ratio). Under either, a parameter of
+    both profiles that could not be compared (NaN or infinite in one, units that differ) fails too:
+    a gate that passed on a corrupt profile would be a check that cannot fail."""
     if not fail_on:
         return []
+    broken = [f"{r['name']} (not compared)" for r in doc["params"] if "unusable" in r]
     if fail_on == "significant":
-        return [r["name"] for r in doc["params"] if r.get("significant")]
+        return [r["name"] for r in doc["params"] if r.get("significant")] + broken
     if fail_on == "material":
-        return [r["name"] for r in doc["params"] if r.get("material") and r.get("significant") is not False]
+        return [r["name"] for r in doc["params"] if r.get("material") and r.get("significant") is not False] + broken
     raise DiffError(f"--fail-on takes significant or material, not {fail_on!r}")
 
 

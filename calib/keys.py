@@ -51,6 +51,10 @@ def normalize(value, _path: tuple = (), _open: frozenset = frozenset()):
     if isinstance(value, str):
         return str(value)
     if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:  # SQLite's INTEGER, PostgreSQL's BIGINT, every index on a GPU
+            raise DescriptorError(f"{_path_text(_path)} is an integer outside the signed 64-bit range (it needs "
+                                  f"{value.bit_length() + 1} bits): the databases keep no larger one, and no GPU "
+                                  "indexes one")
         return int(value)  # an IntEnum or other int subclass encodes as its number
     if isinstance(value, float):
         if not math.isfinite(value):

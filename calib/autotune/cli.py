@@ -65,6 +65,8 @@ def run_cache(args) -> int:
     except StoreError as exc:
         print(f"calib cache: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise  # `calib cache list | head`: calib.cli.main ends quietly
     except OSError as exc:
         print(f"calib cache: error: {exc}", file=sys.stderr)
         return 2

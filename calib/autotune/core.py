@@ -21,6 +21,9 @@ Counters (``hits``, ``misses``, ``benchmarks``, ``stale``, plus ``checks``, ``fa
 
 from __future__ import annotations
 
+import dataclasses
+import operator
+
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -149,9 +152,8 @@ class Autotuner:
         """The chosen candidate for ``descriptor`` among ``candidates`` (see :meth:`_select` for
         the options). A repeated call with the same hashable descriptor (a frozen dataclass, a
         tuple) and the same candidates is one dict lookup."""
-        try:
-            sel = self._memo[(family, descriptor)]
-        except (KeyError, TypeError):  # a miss, or an unhashable descriptor (a dict)
+        sel = self._recall(family, descriptor)
+        if sel is None:  # a miss, or an unhashable descriptor (a dict)
             return self._select(family, descriptor, candidates, **options)
         if candidates is None or candidates is sel.offered or candidates == sel.offered:
             self.counters.hits += 1
@@ -205,6 +207,20 @@ class Autotuner:
         self._load(family)
         return self._entry(family, descriptor_key(descriptor))
 
+    def _recall(self, family: str, descriptor):
+        """The memo's selection for ``descriptor``, or None. Python calls ``D(1)``, ``D(1.0)`` and
+        ``D(True)`` equal and hashes them alike, but their descriptor keys (and database entries)
+        differ: keyed by the descriptor alone, the second was served the first's selection untuned.
+        So a hit must also match the exact types inside; the same object asked again (a loop) skips
+        that check, which keeps the hit a dict lookup."""
+        try:
+            sel, stored, types = self._memo[(family, descriptor)]
+        except (KeyError, TypeError):
+            return None
+        if stored is not descriptor and _types(descriptor) != types:
+            return None
+        return sel
+
     def forget_memory(self):
         """Drop the in-process copies (the next lookup reads the database again)."""
         self._memo.clear()
@@ -229,6 +245,8 @@ class Autotuner:
         ids, objs = [], {}
         for c in given:
             cid = candidate_id(c)
+            if not cid:  # stored rows are read back only with a named candidate
+                raise AutotuneError(f"select({family!r}): a candidate named '' (give every candidate a name)")
             if cid not in objs:
                 ids.append(cid)
                 objs[cid] = c
@@ -325,7 +343,7 @@ class Autotuner:
 
     def _remember(self, family, descriptor, sel):
         try:
-            self._memo[(family, descriptor)] = sel
+            self._memo[(family, descriptor)] = (sel, descriptor, _types(descriptor))
         except TypeError:  # unhashable descriptor: the entry dict serves it
             pass
 
@@ -406,9 +424,17 @@ class Autotuner:
         except Exception as exc:
             self.counters.failed_checks += 1
             return Timing(cid, "wrong", reason=_reason(exc), software=self.software)
-        if ok is False:
+        if ok is None:  # a check that raises on a wrong output and returns nothing otherwise
+            return None
+        try:
+            passed = bool(ok)  # NumPy's False is not ``False``: ``ok is False`` let a wrong candidate win
+        except Exception as exc:  # noqa: BLE001 - an array of many truth values, say
+            passed, why = False, f"the check returned {type(ok).__name__}, not one truth value ({_reason(exc)})"
+        else:
+            why = f"the check returned {ok!r:.60}"
+        if not passed:
             self.counters.failed_checks += 1
-            return Timing(cid, "wrong", reason="the check returned False", software=self.software)
+            return Timing(cid, "wrong", reason=why, software=self.software)
         return None
 
     def _measure(self, cid: str, candidate, time, *, count: bool = True):
@@ -477,7 +503,7 @@ def tuned(family: str, candidates: dict, *, describe: Callable, autotuner: Calla
         def call(*args, **kw):
             desc = describe(*args, **kw)
             tuner = autotuner()
-            sel = tuner._memo.get((family, desc)) if _hashable(desc) else None
+            sel = tuner._recall(family, desc)
             if sel is None:
                 ref = {}
 
@@ -501,12 +527,29 @@ def tuned(family: str, candidates: dict, *, describe: Callable, autotuner: Calla
     return wrap
 
 
-def _hashable(x) -> bool:
+_SCALARS = frozenset({int, float, bool, str, type(None)})
+_FIELDS: dict = {}  # dataclass type -> a getter of its fields' values (None: not a dataclass)
+
+
+def _types(x):
+    """The exact types inside a hashable descriptor, cheaply: the hit path is a dict lookup, and this
+    costs one attrgetter and one map over the fields of a dataclass of scalars."""
+    t = type(x)
+    if t in _SCALARS:
+        return t
+    if t is tuple:
+        return t, tuple(map(_types, x))
     try:
-        hash(x)
-        return True
-    except TypeError:
-        return False
+        get = _FIELDS[t]
+    except KeyError:
+        names = [f.name for f in dataclasses.fields(t)] if dataclasses.is_dataclass(t) else None
+        get = _FIELDS[t] = (operator.attrgetter(*names) if len(names) > 1 else (lambda o, n=names[0]: (getattr(o, n),))
+                            ) if names else None
+    if get is None:
+        return t
+    values = get(x)
+    sig = tuple(map(type, values))
+    return t, (sig if _SCALARS.issuperset(sig) else tuple(map(_types, values)))
 
 
 _DEFAULT: dict = {}

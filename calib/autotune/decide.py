@@ -67,8 +67,10 @@ class Timing:
         kept = int(m.inliers.sum()) if m.n else 0
         se = float(m.se_us) if kept > 1 else math.nan
         half = t975(kept - 1) * se if math.isfinite(se) else 0.0
-        status = "ok" if math.isfinite(center) else "unsupported"
-        reason = None if status == "ok" else f"no finite time ({m.n} samples)"
+        # a time of 0 or below is no time (a timer that missed the kernel): stored as ok it made the
+        # entry corrupt to every later reader, and the problem was tuned again in each process
+        status = "ok" if math.isfinite(center) and center > 0 else "unsupported"
+        reason = None if status == "ok" else f"no finite time above 0 ({m.n} samples, centre {center:g} us)"
         return cls(candidate, status, center if status == "ok" else None,
                    center - half if status == "ok" else None, center + half if status == "ok" else None,
                    se if math.isfinite(se) else None, m.n, reason, tuple(float(v) for v in m.samples_us),

@@ -108,7 +108,11 @@ def canonical_descriptor(descriptor) -> dict | list:
     first field that has none."""
     if isinstance(descriptor, (str, bytes)) or descriptor is None:
         raise DescriptorError(f"a descriptor is a dataclass or a mapping of its fields, not {descriptor!r:.60}")
-    return normalize(_plain(descriptor, "descriptor"))
+    try:
+        return normalize(_plain(descriptor, "descriptor"))
+    except RecursionError:  # a dict that holds itself (found here before normalize could say so), or nesting
+        raise DescriptorError("the descriptor contains itself, or nests deeper than Python recurses: a descriptor "
+                              "is a few levels of sizes, types and flags") from None
 
 
 def descriptor_json(descriptor) -> str:

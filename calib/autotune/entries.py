@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import getpass
+import math
 import socket
 from dataclasses import dataclass, field
 
@@ -120,7 +121,21 @@ def _float_or_none(value, what: str):
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise CorruptEntry(f"{what} is {value!r:.40}, not a number")
-    return float(value)
+    try:
+        out = float(value)
+    except OverflowError:  # an integer of 400 digits in a hand-edited or hostile file
+        raise CorruptEntry(f"{what} is an integer too large for a float") from None
+    if not math.isfinite(out):
+        raise CorruptEntry(f"{what} is {out!r}, not a finite number")
+    return out
+
+
+def _count_or_none(value, what: str):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise CorruptEntry(f"{what} is {value!r:.40}, not a count (a whole number from 0 below 2**63)")
+    return value
 
 
 def timing_from_row(row: dict) -> Timing:
@@ -141,9 +156,13 @@ def timing_from_row(row: dict) -> Timing:
     if status == "ok" and lo is not None and hi is not None and not lo <= t <= hi:
         raise CorruptEntry(f"candidate {cand}: time {t} outside its CI [{lo}, {hi}]")
     samples = row.get("samples_us")
-    n = row.get("n_samples")
+    if isinstance(samples, list):
+        samples = [_float_or_none(v, f"candidate {cand}: a sample") for v in samples]
+    reason = row.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise CorruptEntry(f"candidate {cand}: reason is {type(reason).__name__}, not text")
     return Timing(cand, status, t, lo, hi, _float_or_none(row.get("se_us"), f"candidate {cand}: se_us"),
-                  None if n is None else int(n), row.get("reason"),
+                  _count_or_none(row.get("n_samples"), f"candidate {cand}: n_samples"), reason,
                   tuple(samples) if isinstance(samples, list) else None,
                   _as_json(row.get("software"), "software"), _as_json(row.get("protocol"), "protocol"))
 

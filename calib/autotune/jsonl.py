@@ -68,6 +68,10 @@ def read_lines(lines, *, source: str = "<lines>", device_key: str | None = None,
             continue
         try:
             obj = json.loads(line)
+        except RecursionError:
+            report.corrupt += 1
+            report.problems.append((number, "not JSON (nested deeper than any entry); line skipped"))
+            continue
         except ValueError as exc:
             report.corrupt += 1
             report.problems.append((number, f"not JSON ({exc}); line skipped"))
@@ -77,9 +81,9 @@ def read_lines(lines, *, source: str = "<lines>", device_key: str | None = None,
             report.problems.append((number, f"not a {FORMAT} line; skipped"))
             continue
         version = obj.get("version")
-        if not isinstance(version, int) or isinstance(version, bool):
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             report.corrupt += 1
-            report.problems.append((number, f"format version {version!r:.20} is not an integer; line skipped"))
+            report.problems.append((number, f"format version {version!r:.20} is not an integer from 1; line skipped"))
             continue
         if version > VERSION:
             report.future += 1
@@ -118,7 +122,7 @@ def read_lines(lines, *, source: str = "<lines>", device_key: str | None = None,
             if not isinstance(row["family"], str) or not row["family"]:
                 raise CorruptEntry("family is missing")
             report.entries.append(entry_from_row(row, timings, origin=origin))
-        except (CorruptEntry, KeyError, TypeError, ValueError) as exc:
+        except (CorruptEntry, KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
             report.corrupt += 1
             what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
             report.problems.append((number, f"corrupt entry ({what}); line skipped"))
@@ -127,11 +131,24 @@ def read_lines(lines, *, source: str = "<lines>", device_key: str | None = None,
 
 def export(db, path, *, family: str | None = None, device_key: str | None = None) -> int:
     """Write the database's entries (with every candidate's samples) to ``path``; returns how many."""
+    import os
+    import tempfile
+
     entries, _bad = db.read_all(family, device_key)
-    with open(path, "w") as f:
-        f.write(header_line(database=db.url) + "\n")
-        for e in entries:
-            f.write(entry_line(e, db.samples(e.id)) + "\n")
+    lines = [header_line(database=db.url)] + [entry_line(e, db.samples(e.id)) for e in entries]
+    # every line made before the file is touched, and the file replaced whole: an export that failed
+    # half-way (a database of a newer calib, a full disk) had already emptied the file it was to replace
+    target = os.path.realpath(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=os.path.dirname(target) or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     return len(entries)
 
 

@@ -102,6 +102,35 @@ def parse_rows(rows, origin="user") -> tuple[list[Entry], list[tuple[dict, str]]
     return good, bad
 
 
+def _read_sqlite(path: str, sql: str, params: dict):
+    """The rows of ``sql`` read by sqlite3 itself (fast, no SQLAlchemy); None where the database has
+    no table yet (the Store creates it). StoreError names a file that is no database.
+
+    A database in a folder nobody may write (a read-only mount, a shared cache) is read as
+    immutable: in WAL mode even a reader needs to create ``-shm`` beside the file, so every read,
+    a hit included, had failed with "unable to open database file" though the data was intact."""
+    from urllib.parse import quote
+
+    from ..store import StoreError
+
+    if os.path.isdir(path):
+        raise StoreError(f"tuning database {path} is a folder, not a database file")
+    writable = os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
+    target, uri = (path, False) if writable else (f"file:{quote(os.path.abspath(path))}?mode=ro&immutable=1", True)
+    try:
+        conn = sqlite3.connect(target, timeout=60, uri=uri)
+        try:
+            return conn.execute(sql, params).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:  # OperationalError ("no such table") is one too
+        if "no such table" in str(exc):
+            return None
+        # not a database, a damaged page: named, not sqlite3's bare "file is not a database"
+        raise StoreError(f"tuning database {path} cannot be read ({exc}); it is left as it is: move it aside "
+                         "to start a new one") from None
+
+
 class AutotuneDB:
     """The cache's database: fast reads by (family, device), transactional writes."""
 
@@ -125,18 +154,9 @@ class AutotuneDB:
         if path is not None:
             if not os.path.exists(path):
                 return []  # nothing stored yet; created on the first write
-            conn = sqlite3.connect(path, timeout=60)
-            try:
-                return conn.execute(sql, params).fetchall()
-            except sqlite3.DatabaseError as exc:  # OperationalError ("no such table") is one too
-                if "no such table" not in str(exc):
-                    from ..store import StoreError
-
-                    # not a database, a damaged page: named, not sqlite3's bare "file is not a database"
-                    raise StoreError(f"tuning database {path} cannot be read ({exc}); it is left as it is: "
-                                     "move it aside to start a new one") from None
-            finally:
-                conn.close()
+            rows = _read_sqlite(path, sql, params)
+            if rows is not None:
+                return rows
         from sqlalchemy import text
 
         with self.store.engine.connect() as conn:

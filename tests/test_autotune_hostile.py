@@ -1,0 +1,226 @@
+"""The autotune cache given what an outside checker would try: checks that answer with NumPy's
+truth values, timers that report no time, descriptors Python calls equal but that are different
+problems, descriptors that hold themselves or numbers no database keeps, cache files with hostile
+numbers, an export that fails half-way, a database in a folder nobody may write."""
+
+import dataclasses
+import functools
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calib import autotune
+from calib.autotune import jsonl
+from calib.autotune.storage import AutotuneDB
+from calib.store import StoreError, sqlite_url
+from calib.timing import Measurement
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from autotune_helpers import run, tuner, workload  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TOY = {"name": "toy GPU", "compute_capability": "9.0", "sm_count": 132}
+
+
+@pytest.fixture
+def url(tmp_path):
+    return sqlite_url(tmp_path / "autotune.sqlite")
+
+
+def _times(table):
+    return lambda c: Measurement([table[c]] * 8, stop_reason="max_samples")
+
+
+@pytest.mark.parametrize("false", [np.False_, np.bool_(False), 0, ""])
+def test_a_check_answering_with_a_numpy_false_marks_the_candidate_wrong(false, url):
+    t = autotune.Autotuner(TOY, {"calib": "t"}, url=url)
+    sel = t.select("f", {"k": 1}, ["a", "b"], time=_times({"a": 9.0, "b": 1.0}),
+                   check=lambda c: np.True_ if c == "a" else false)
+    assert sel.candidate == "a"  # b is faster but wrong
+    assert t.entry("f", {"k": 1}).timings["b"].status == "wrong"
+
+
+def test_a_check_answering_with_an_array_is_wrong_with_its_reason(url):
+    t = autotune.Autotuner(TOY, {"calib": "t"}, url=url)
+    sel = t.select("f", {"k": 2}, ["a", "b"], time=_times({"a": 9.0, "b": 1.0}),
+                   check=lambda c: True if c == "a" else np.array([True, False]))
+    assert sel.candidate == "a" and "not one truth value" in t.entry("f", {"k": 2}).timings["b"].reason
+
+
+def test_the_decorator_with_a_numpy_compare_never_returns_a_wrong_answer(url):
+    t = autotune.Autotuner(TOY, {"calib": "t"}, url=url)
+
+    @autotune.tuned("double", {"right": lambda x: x * 2, "wrong": lambda x: x * 3},
+                    describe=lambda x: ("double", x.shape), autotuner=lambda: t,
+                    timer=lambda thunk: (thunk(), Measurement([1.0] * 5, stop_reason="max_samples"))[1],
+                    reference=lambda x: x * 2, compare=lambda out, ref: (out == ref).all())
+    def double(x):
+        """x * 2"""
+
+    assert (double(np.ones(4)) == 2).all()
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0])
+def test_a_time_not_above_zero_is_no_time_and_the_entry_stays_readable(bad, url):
+    first = autotune.Autotuner(TOY, {"calib": "t"}, url=url)
+    table = {"a": 5.0, "b": bad}
+    assert first.select("f", {"k": 3}, ["a", "b"], time=_times(table)).candidate == "a"
+    assert first.entry("f", {"k": 3}).timings["b"].status == "unsupported"
+    again = autotune.Autotuner(TOY, {"calib": "t"}, url=url)
+    with _no_corrupt_warning():
+        sel = again.select("f", {"k": 3}, ["a", "b"], time=_times(table))
+    assert sel.candidate == "a" and again.counters.benchmarks == 0 and again.counters.hits == 1
+
+
+class _no_corrupt_warning:
+    def __enter__(self):
+        import warnings
+
+        self._c = warnings.catch_warnings(record=True)
+        self.caught = self._c.__enter__()
+        warnings.simplefilter("always")
+
+    def __exit__(self, *exc):
+        self._c.__exit__(*exc)
+        assert not [w for w in self.caught if "corrupt" in str(w.message)], [str(w.message) for w in self.caught]
+
+
+@dataclasses.dataclass(frozen=True)
+class D:
+    n: object
+
+
+def test_descriptors_python_calls_equal_but_that_key_apart_are_tuned_apart(url):
+    t, fam = tuner(url)
+    a = t.select("toy", D(1), ["x", "y"], time=_times({"x": 1.0, "y": 2.0}))
+    b = t.select("toy", D(1.0), ["x", "y"], time=_times({"x": 2.0, "y": 1.0}))
+    c = t.select("toy", D(True), ["x", "y"], time=_times({"x": 2.0, "y": 1.0}))
+    assert len({a.descriptor_key, b.descriptor_key, c.descriptor_key}) == 3
+    assert (a.candidate, b.candidate, c.candidate) == ("x", "y", "y")
+    assert t.select("toy", D(1.0), ["x", "y"]).candidate == "y"  # each remembered as itself
+    p = workload(1)[0]
+    t2, _, _ = run(url, [p])
+    hits = t2.counters.hits
+    t2.select("toy", p, ["alpha", "beta", "gamma"])
+    assert t2.counters.hits == hits + 1  # the same object asked again: a memo hit
+
+
+def test_a_descriptor_that_holds_itself_or_numbers_no_database_keeps_is_refused():
+    cyc = {}
+    cyc["self"] = cyc
+    deep = functools.reduce(lambda a, _: [a], range(5000), 1)
+    for bad, why in ((cyc, "contains itself"), ({"d": deep}, "nests deeper"), ({"x": 10**5000}, "64-bit"),
+                     ({"n": 2**70}, "64-bit"), ({"n": -(2**63) - 1}, "64-bit")):
+        with pytest.raises(autotune.DescriptorError, match=why):
+            autotune.descriptor_key(bad)
+    assert autotune.descriptor_key({"n": 2**63 - 1}) != autotune.descriptor_key({"n": -(2**63)})
+
+
+def test_a_candidate_without_a_name_is_refused(url):
+    t = autotune.Autotuner(TOY, {"calib": "t"}, url=url)
+    with pytest.raises(autotune.AutotuneError, match="a candidate named ''"):
+        t.select("f", {"k": 1}, ["", "b"], time=_times({"": 1.0, "b": 2.0}))
+
+
+def _exported(url, tmp_path):
+    run(url, workload(3))
+    out = tmp_path / "e.jsonl"
+    assert jsonl.export(AutotuneDB(url), out) == 3
+    return out
+
+
+def test_an_export_that_fails_half_way_leaves_the_old_file_whole(url, tmp_path, monkeypatch):
+    out = _exported(url, tmp_path)
+    before = out.read_bytes()
+
+    def broken(self, entry_id):
+        raise StoreError("the database was written by a newer calib; upgrade calib")
+
+    monkeypatch.setattr(AutotuneDB, "samples", broken)
+    with pytest.raises(StoreError, match="newer calib"):
+        jsonl.export(AutotuneDB(url), out)
+    assert out.read_bytes() == before
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".e.jsonl")] == []  # no temporary file left
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda o: o["timings"][0].update(time_us=10**400), "too large for a float"),
+    (lambda o: o["timings"][0].update(n_samples=1e400), "not a count"),
+    (lambda o: o["timings"][0].update(n_samples=10**30), "not a count"),
+    (lambda o: o["timings"][0].update(reason={"a": [1]}), "reason is dict"),
+    (lambda o: o["timings"][0].update(samples_us=["x"]), "a sample is 'x'"),
+    (lambda o: o.update(version=-5), "not an integer from 1"),
+])
+def test_a_hostile_number_in_an_import_file_skips_its_line_and_imports_the_rest(edit, why, url, tmp_path):
+    lines = _exported(url, tmp_path).read_text().splitlines()
+    obj = json.loads(lines[1])
+    edit(obj)
+    lines[1] = json.dumps(obj)
+    f = tmp_path / "h.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    fresh = AutotuneDB(sqlite_url(tmp_path / "fresh.sqlite"))
+    rep = jsonl.import_file(fresh, f)
+    assert rep.read.corrupt == 1 and rep.new == 2, rep
+    assert rep.read.problems[0][0] == 2 and why in rep.read.problems[0][1]
+
+
+def test_a_line_nested_deeper_than_the_parser_goes_is_a_corrupt_line(url, tmp_path):
+    lines = _exported(url, tmp_path).read_text().splitlines()
+    f = tmp_path / "deep.jsonl"
+    f.write_text("\n".join([lines[0], "[" * 100000 + "]" * 100000, *lines[1:]]) + "\n")
+    rep = jsonl.import_file(AutotuneDB(sqlite_url(tmp_path / "fresh.sqlite")), f)
+    assert rep.read.corrupt == 1 and rep.new == 3 and "nested deeper" in rep.read.problems[0][1]
+
+
+def test_a_database_in_a_folder_nobody_may_write_still_serves_hits(url, tmp_path, monkeypatch):
+    run(url, workload(2))
+    path = str(tmp_path / "autotune.sqlite")
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA journal_mode").fetchone()[0].lower() in ("wal", "delete")
+    con.close()
+    from calib.autotune import storage
+
+    real = os.access
+    monkeypatch.setattr(storage.os, "access", lambda p, mode: False if mode == os.W_OK else real(p, mode))
+    t, _ = tuner(url)
+    for p in workload(2):
+        t.select("toy", p, ["alpha", "beta", "gamma"])
+    assert t.counters.hits == 2 and t.counters.benchmarks == 0
+
+
+def test_a_database_path_that_is_a_folder_is_named(tmp_path):
+    with pytest.raises(StoreError, match="is a folder"):
+        AutotuneDB(sqlite_url(tmp_path)).read_all("f", None)
+
+
+def test_diff_gate_fails_on_a_parameter_it_could_not_compare(tmp_path, capsys):
+    from calib.cli import main
+
+    a = json.loads((ROOT / "profiles" / "nvidia-h200.json").read_text())
+    name = next(iter(a["params"]))
+    b = json.loads(json.dumps(a))
+    b["params"][name]["value"] = float("nan")
+    b["params"][name].pop("ci95", None)
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))  # NaN: Python writes it, a strict reader would not
+    code = main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fail-on", "significant"])
+    out = capsys.readouterr().out
+    assert code == 1 and f"{name} (not compared)" in out
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    h200 = str(ROOT / "profiles" / "nvidia-h200.json")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line (`| head -0`)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "calib", "diff", h200, h200], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141 and "Traceback" not in proc.stderr and "Broken pipe" not in proc.stderr
