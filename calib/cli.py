@@ -26,6 +26,11 @@ def _cmd_run(args) -> int:
         return 2
     print()
     print(format_table(result.params, simulated=result.simulated))
+    if result.not_fitted:
+        print(f"\nNOT FITTED ({len(result.not_fitted)}; the profile has no value for them, queries get their "
+              "defaults):")
+        for name, why in sorted(result.not_fitted.items()):
+            print(f"  {name}: {why}")
     if result.phase_table:
         print(f"\nwhere the time went (s; wall from launch, kernel start included):\n{result.phase_table}")
     print(f"\nprofile: {result.profile_path}\nrun folder: {result.run_dir}\nwall time: {result.wall_s:.1f} s")

@@ -342,8 +342,12 @@ def fit_rates(frame, calibration: str, *, work, name, scale: float, unit: str, b
     ``calibration``: rate records and fits keyed by ``name(group)`` (or ``name``). A group that
     cannot be fitted (too few points, one size only) is a failure with its reason, not a gap."""
     frame = frame[frame["calibration"] == calibration] if len(frame) else frame
-    groups = frame.groupby(by) if by else [(None, frame)]
     result = FitResult(calibration)
+    # No point measured (a device too small for every size): calibrations.fit reports each parameter as
+    # not fitted. Grouping by a column the empty frame lacks had raised KeyError and failed the notebook.
+    if by and (not len(frame) or not set([by] if isinstance(by, str) else by) <= set(frame.columns)):
+        return result
+    groups = frame.groupby(by) if by else [(None, frame)]
     for key, g in groups:
         param = name(key) if by else name
         if len(g) < 3:

@@ -79,6 +79,9 @@ class RunResult:
     wall_s: float = 0.0
     # where the time went: a row per notebook of this run, a column per phase, then the critical path
     phase_table: str = ""
+    # parameter -> why its fit gave nothing (too few points left on a small device, ...): said on the
+    # terminal, not only in run.json and the report, since the table simply lacks those rows
+    not_fitted: dict = field(default_factory=dict)
 
 
 def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "quick", profile_path=None,
@@ -203,8 +206,10 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
         write_report(run_dir)
     except Exception as exc:  # noqa: BLE001
         echo(f"warning: could not write {run_dir / runfolder.REPORT}: {type(exc).__name__}: {exc}")
+    not_fitted = {name: f"{nb}: {why}" for nb, frag in by_calibration.items()
+                  for name, why in (frag.get("failures") or {}).items() if name not in params}
     return RunResult(run_dir=run_dir, profile_path=target, params=params, simulated=summary["simulated"],
-                     failed=failed, wall_s=summary["wall_s"], phase_table=phase_table)
+                     failed=failed, wall_s=summary["wall_s"], phase_table=phase_table, not_fitted=not_fitted)
 
 
 def _refuse_profile_target(path: Path):

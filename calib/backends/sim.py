@@ -44,8 +44,35 @@ DEFAULT_DEVICE = {"sm_count": 132, "l2_bytes": 60 * 2**20, "memory_bytes": 14377
 _DEVICE_PROPERTIES = ("memory_bus_width_bits", "memory_clock_mhz", "max_sm_mhz", "fp32_lanes_per_sm", "power_limit_w")
 DEFAULT_NOISE = {"rel_sd": 0.01, "outlier_rate": 0.01, "outlier_scale": 1.0, "seed": 0}
 
+# Bounds that no GPU a spec could describe falls outside: a spec past them made a run fail with a
+# ZeroDivisionError (an L2 of 1 byte), a NaN profile (a relative SD of 50) or an empty one (a device
+# of 1 kB, every buffer dropped), or plant numbers that overflow the models (a bandwidth of 1e300).
+MIN_MEMORY_BYTES = 2**26  # 64 MiB: room for the smallest sweeps (a test device of 256 MiB checks out-of-memory points)
+MIN_L2_BYTES = 2**20
+MAX_REL_SD = 0.2  # below zero once in about 3 million samples (5 SD)
+PARAM_RANGE = (1e-9, 1e15)
+L2_PARAMS = ("memory.l2.capacity_bytes", "memory.l2.capacity_bytes.ramp_end")
+
+
 class SimSpecError(CalibError, ValueError):
     pass
+
+
+def _scale_l2_truth(truth: dict, given: dict, l2_bytes: int):
+    """The planted L2 capacity and ramp end follow the spec's L2 where the spec plants neither: the
+    H200-like 40 MB capacity on a device of 4 MB of L2 sat far outside the sweep (which scales with
+    ``l2_bytes``), and the fit was biased. A capacity above the L2 itself is refused."""
+    cap, end = L2_PARAMS
+    if l2_bytes != DEFAULT_DEVICE["l2_bytes"]:
+        scale = l2_bytes / DEFAULT_DEVICE["l2_bytes"]
+        for name in L2_PARAMS:
+            if name not in given:
+                truth[name] = truth[name] * scale
+    if truth[cap] > l2_bytes:
+        raise SimSpecError(f"spec parameter {cap!r} is {truth[cap]:g}: more than the device's L2 "
+                           f"(device.l2_bytes {l2_bytes})")
+    if truth[end] <= truth[cap]:
+        raise SimSpecError(f"spec parameter {end!r} ({truth[end]:g}) must exceed {cap!r} ({truth[cap]:g})")
 
 
 def load_spec(spec: str | Path | dict | None) -> dict:
@@ -70,6 +97,9 @@ def load_spec(spec: str | Path | dict | None) -> dict:
     _known_keys("spec 'params'", params, _parameter_names())
     for name, value in params.items():
         _number(f"spec parameter {name!r}", value, positive=True)
+        if not PARAM_RANGE[0] <= value <= PARAM_RANGE[1]:
+            raise SimSpecError(f"spec parameter {name!r} is {value:g}: outside what any GPU's profile holds "
+                               f"({PARAM_RANGE[0]:g} to {PARAM_RANGE[1]:g} in its unit)")
     truth = {}
     try:
         for module in calibrations.all_calibrations():  # each calibration's model and H200-like defaults
@@ -80,6 +110,14 @@ def load_spec(spec: str | Path | dict | None) -> dict:
     _known_keys("spec 'device'", device, tuple(DEFAULT_DEVICE) + _DEVICE_PROPERTIES)
     for key, value in device.items():
         _number(f"spec device.{key}", value, positive=True, integer=key.endswith(("_bytes", "_count", "_bits", "_sm")))
+    full = {**DEFAULT_DEVICE, **device}
+    if full["memory_bytes"] < MIN_MEMORY_BYTES:
+        raise SimSpecError(f"spec device.memory_bytes is {full['memory_bytes']}: the calibrations' buffers need at "
+                           f"least {MIN_MEMORY_BYTES // 2**20} MiB of device memory")
+    if not MIN_L2_BYTES <= full["l2_bytes"] < full["memory_bytes"]:
+        raise SimSpecError(f"spec device.l2_bytes is {full['l2_bytes']}: an L2 of at least {MIN_L2_BYTES // 2**20} "
+                           "MiB and smaller than the device's memory")
+    _scale_l2_truth(truth, params, full["l2_bytes"])
     noise = _section(raw, "noise")
     _known_keys("spec 'noise'", noise, tuple(DEFAULT_NOISE))
     noise = {**DEFAULT_NOISE, **noise}
@@ -88,9 +126,12 @@ def load_spec(spec: str | Path | dict | None) -> dict:
     _number("spec noise.seed", noise["seed"], integer=True)
     if not 0 <= noise["outlier_rate"] < 0.5:
         raise SimSpecError(f"noise.outlier_rate must be in [0, 0.5), got {noise['outlier_rate']}")
+    if noise["rel_sd"] > MAX_REL_SD:
+        raise SimSpecError(f"noise.rel_sd must be at most {MAX_REL_SD} (a relative SD of {noise['rel_sd']} draws "
+                           f"times below zero), got {noise['rel_sd']}")
     pace_s = raw.get("pace_s", 0.0)
     _number("spec pace_s (seconds)", pace_s)
-    return {"name": raw.get("name", "H200-like"), "device": {**DEFAULT_DEVICE, **device},
+    return {"name": raw.get("name", "H200-like"), "device": full,
             "params": truth, "noise": noise, "pace_s": float(pace_s), "source": source}
 
 

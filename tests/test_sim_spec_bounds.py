@@ -1,0 +1,65 @@
+"""Simulated-device specs an outside checker would write: a device smaller or stranger than the
+H200-like default. An implausible one is refused in one line; a plausible one plants values that
+follow its own device (its L2), and a calibration on it says on the terminal which parameters its
+sweeps could not fit, not only in run.json."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from calib.backends.sim import DEFAULT_DEVICE, SimSpecError, load_spec
+from calib.calibrations import cache_hierarchy as ch
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.mark.parametrize("spec, why", [
+    ({"device": {"memory_bytes": 1024}}, "need at least 64 MiB"),
+    ({"device": {"l2_bytes": 1}}, "an L2 of at least 1 MiB"),
+    ({"device": {"l2_bytes": 2**31, "memory_bytes": 2**30}}, "smaller than the device's memory"),
+    ({"noise": {"rel_sd": 50}}, "rel_sd must be at most 0.2"),
+    ({"params": {"memory.dram.read_bandwidth_gbps": 1e300}}, "outside what any GPU's profile holds"),
+    ({"params": {"memory.dram.read_bandwidth_gbps": 1e-300}}, "outside what any GPU's profile holds"),
+    ({"device": {"l2_bytes": 4 * 2**20}, "params": {ch.CAPACITY: 40e6}}, "more than the device's L2"),
+    ({"device": {"l2_bytes": 4 * 2**20}, "params": {ch.CAPACITY: 3e6, ch.RAMP_END: 2e6}}, "must exceed"),
+])
+def test_an_implausible_spec_is_refused_by_name(spec, why):
+    with pytest.raises(SimSpecError, match=why):
+        load_spec(spec)
+
+
+def test_the_planted_l2_follows_the_specs_l2_where_the_spec_plants_none():
+    default = load_spec(None)["params"]
+    small = load_spec({"device": {"l2_bytes": 4 * 2**20}})["params"]
+    scale = 4 * 2**20 / DEFAULT_DEVICE["l2_bytes"]
+    for name in (ch.CAPACITY, ch.RAMP_END):
+        assert small[name] == pytest.approx(default[name] * scale)
+    assert small[ch.CAPACITY] <= 4 * 2**20
+    given = load_spec({"device": {"l2_bytes": 4 * 2**20}, "params": {ch.CAPACITY: 3e6}})["params"]
+    assert given[ch.CAPACITY] == 3e6 and given[ch.RAMP_END] == pytest.approx(default[ch.RAMP_END] * scale)
+
+
+def test_a_device_too_small_for_some_sweeps_says_which_parameters_were_not_fitted(tmp_path):
+    """256 MiB of memory: several sweeps lose every point. The run still makes a profile of what it
+    could fit (exit 0), lists each missing parameter with its reason on the terminal, and no notebook
+    fails (the reductions fit had raised KeyError on a frame with no points)."""
+    proc = subprocess.run([sys.executable, "-m", "calib", "run", "--backend", "sim", "--sim-spec",
+                           str(FIXTURES / "tiny_memory_gpu.json"), "--profile", str(tmp_path / "p.json"),
+                           "--run-dir", str(tmp_path / "run"), "--no-progress"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "FAILED" not in proc.stderr
+    listed = proc.stdout.split("NOT FITTED (")[1].split("\n\n")[0].splitlines()[1:]
+    names = {line.split(":")[0].strip() for line in listed}
+    assert {"reduction.inner.bandwidth_gbps", "memory.bytes_in_flight_per_sm"} <= names
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    recorded = {n for nb in run["notebooks"] for n in nb.get("not_fitted", {})}
+    assert names == recorded
+    profile = json.loads((tmp_path / "p.json").read_text())["params"]
+    assert not names & set(profile)
