@@ -97,13 +97,17 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     name, why = resolve_backend_name(backend, device)
     if name == "sim":
         spec_text = f"spec {sim_spec}" if sim_spec else "built-in H200-like spec"
-        echo(f"calib run: calibrating the SIMULATED device ({why}; {spec_text}). Nothing here measures real hardware.")
         if sim_spec and not Path(sim_spec).is_file():
-            raise RunError(f"simulated-device spec {sim_spec} does not exist")
-        try:  # once here, rather than the same error from every notebook
+            what = "is a folder, not a spec file" if Path(sim_spec).is_dir() else (
+                "is not a regular file" if Path(sim_spec).exists() else "does not exist")
+            raise RunError(f"simulated-device spec {sim_spec} {what}")
+        try:  # once here, rather than the same error from every notebook; before the banner: one line
             get_backend("sim", sim_spec=sim_spec).close()
         except Exception as exc:  # noqa: BLE001 - whatever the spec got wrong, said in one line
-            raise RunError(f"simulated-device spec {sim_spec or '(built-in)'} is not usable: {exc}") from None
+            text = str(exc)
+            raise RunError(text if sim_spec and str(sim_spec) in text else
+                           f"simulated-device spec {sim_spec or '(built-in)'} is not usable: {text}") from None
+        echo(f"calib run: calibrating the SIMULATED device ({why}; {spec_text}). Nothing here measures real hardware.")
     else:
         echo(f"calib run: calibrating GPU {device} on the cupy backend ({why}).")
         require("cupy", "calib run --backend cupy")  # here, not once per notebook after all of them started

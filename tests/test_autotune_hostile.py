@@ -224,3 +224,25 @@ def test_a_closed_pipe_ends_the_command_quietly():
     finally:
         os.close(write_end)
     assert proc.returncode == 141 and "Traceback" not in proc.stderr and "Broken pipe" not in proc.stderr
+
+
+def test_an_import_fills_gaps_in_the_users_entry_and_leaves_its_decision_alone(url, tmp_path):
+    p = workload(1)[0]
+    t, fam, _ = run(url, [p])
+    mine = t.entry("toy", p)
+    lines = (_exported(url, tmp_path)).read_text().splitlines()
+    obj = next(json.loads(x) for x in lines[1:] if json.loads(x)["descriptor_key"] == mine.descriptor_key)
+    extra = dict(obj["timings"][0], candidate="delta", time_us=0.5, ci_low_us=0.4, ci_high_us=0.6)
+    obj["timings"].append(extra)
+    obj.update(software={"driver": "999", "calib": "old"}, tied=["delta"], offered=["delta", *obj["offered"]],
+               winner="delta", winner_time_us=0.5)
+    f = tmp_path / "theirs.jsonl"
+    f.write_text(lines[0] + "\n" + json.dumps(obj) + "\n")
+    rep = jsonl.import_file(AutotuneDB(url), f)
+    assert rep.changed == 1 and rep.read.problems == []
+    t2, _ = tuner(url)
+    after = t2.entry("toy", p)
+    assert (after.winner, after.tied, after.software) == (mine.winner, mine.tied, mine.software)
+    assert "delta" in after.timings and "delta" in after.offered
+    t2.select("toy", p, ["alpha", "beta", "gamma"], time=fam.bind(p)[0])
+    assert t2.counters.benchmarks == 0 and t2.counters.hits == 1  # not stale, not timed again

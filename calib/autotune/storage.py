@@ -131,6 +131,18 @@ def _read_sqlite(path: str, sql: str, params: dict):
                          "to start a new one") from None
 
 
+def _json_list(value) -> list:
+    """A JSON list column as read back (a list, or its text where the driver does not decode it)."""
+    if isinstance(value, str):
+        import json
+
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return []
+    return value if isinstance(value, list) else []
+
+
 class AutotuneDB:
     """The cache's database: fast reads by (family, device), transactional writes."""
 
@@ -306,7 +318,7 @@ class AutotuneDB:
         from ..store.tables import utcnow
 
         with self.store.engine.begin() as conn:
-            existed = conn.execute(select(E.id, E.winner).where(
+            existed = conn.execute(select(E.id, E.winner, E.offered).where(
                 E.family == e.family, E.descriptor_key == e.descriptor_key, E.device_key == e.device_key)).first()
             eid = self._entry_id(conn, e)
             if self.store.dialect == "postgresql":
@@ -320,9 +332,15 @@ class AutotuneDB:
                 added += 1
             if existed is not None and keep_existing and added == 0:
                 return "unchanged"
-            winner = e.winner
             if keep_existing and existed is not None and existed.winner is not None:
-                winner = existed.winner  # the user's entry decides; imported timings only fill gaps
+                # The user's entry decides; imported timings only fill gaps. Its winner, ties, software,
+                # protocol and source stay its own: taken from the file, they made the user's entry look
+                # stale (timed again on the next select) and its winner absent from its ties.
+                offered = list(_json_list(existed.offered))
+                offered += [c for c in e.offered if c not in offered]
+                conn.execute(update(E).where(E.id == eid).values(offered=offered, updated=utcnow()))
+                return "changed"
+            winner = e.winner
             conn.execute(update(E).where(E.id == eid).values(
                 winner=winner, winner_time_us=(e.timings[winner].time_us if winner in e.timings else
                                                e.winner_time_us), tied=e.tied, offered=e.offered,

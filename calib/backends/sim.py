@@ -183,7 +183,9 @@ def _known_keys(where: str, given: dict, known):
     for key in given:
         if key not in known:
             near = difflib.get_close_matches(str(key), [str(k) for k in known], n=1, cutoff=0.6)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; known: {', '.join(sorted(map(str, known)))[:300]}"
+            names = sorted(set(map(str, known)))
+            listed = ", ".join(names) if len(names) <= 12 else f"{len(names)} names, e.g. {', '.join(names[:8])}"
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known: {listed}"
             raise SimSpecError(f"unknown keys in {where}: {key!r}{hint}")
 
 
