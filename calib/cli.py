@@ -355,6 +355,19 @@ def _one_line_warning(message, category, filename, lineno, line=None):
     return f"calib: warning: {message}\n"
 
 
+def _stdout_closed() -> bool:
+    """Whether stdout's reader is gone: the write end of a pipe without a reader polls as an error
+    (a flush proves nothing: the failed write already dropped what was buffered)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), stdout without a descriptor
+        return False
+
+
 def main(argv=None) -> int:
     # On the command line a warning is a message to the user, not a pointer into calib's source.
     warnings.formatwarning = _one_line_warning
@@ -362,6 +375,8 @@ def main(argv=None) -> int:
     try:
         return args.func(args)
     except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # another pipe (a subprocess, a socket) broke: a failure to report, not a reader gone
         # the reader went away (`calib diff A B | head`): nothing more to say to it, and no traceback.
         # stdout is pointed at /dev/null so that Python's own flush at exit does not fail again.
         import os

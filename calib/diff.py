@@ -190,7 +190,7 @@ def failed(doc: dict, fail_on: str | None) -> list[str]:
     a gate that passed on a corrupt profile would be a check that cannot fail."""
     if not fail_on:
         return []
-    broken = [f"{r['name']} (not compared)" for r in doc["params"] if "unusable" in r]
+    broken = [r["name"] for r in doc["params"] if "unusable" in r]  # doc["not_compared"] names them too
     if fail_on == "significant":
         return [r["name"] for r in doc["params"] if r.get("significant")] + broken
     if fail_on == "material":
@@ -305,12 +305,15 @@ def run_diff(args) -> int:
         warnings.simplefilter("ignore")
         doc = diff_profiles(args.a, args.b, threshold=args.threshold, alpha=args.alpha)
     bad = failed(doc, args.fail_on)
+    uncompared = [r["name"] for r in doc["params"] if "unusable" in r]
     if args.json:
         doc["fail_on"] = args.fail_on
         doc["failed"] = bad
+        doc["not_compared"] = uncompared
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
         print(format_diff(doc))
         if bad:
-            print(f"--fail-on {args.fail_on}: {', '.join(bad)}")
+            names = [n + (" (not compared)" if n in uncompared else "") for n in bad]
+            print(f"--fail-on {args.fail_on}: {', '.join(names)}")
     return 1 if bad else 0

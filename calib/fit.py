@@ -345,7 +345,7 @@ def fit_rates(frame, calibration: str, *, work, name, scale: float, unit: str, b
     result = FitResult(calibration)
     # No point measured (a device too small for every size): calibrations.fit reports each parameter as
     # not fitted. Grouping by a column the empty frame lacks had raised KeyError and failed the notebook.
-    if by and (not len(frame) or not set([by] if isinstance(by, str) else by) <= set(frame.columns)):
+    if by and not len(frame):
         return result
     groups = frame.groupby(by) if by else [(None, frame)]
     for key, g in groups:

@@ -212,6 +212,9 @@ def test_diff_gate_fails_on_a_parameter_it_could_not_compare(tmp_path, capsys):
     code = main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fail-on", "significant"])
     out = capsys.readouterr().out
     assert code == 1 and f"{name} (not compared)" in out
+    code = main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--fail-on", "material", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and doc["failed"] == [name] and doc["not_compared"] == [name]
 
 
 def test_a_closed_pipe_ends_the_command_quietly():
@@ -246,3 +249,10 @@ def test_an_import_fills_gaps_in_the_users_entry_and_leaves_its_decision_alone(u
     assert "delta" in after.timings and "delta" in after.offered
     t2.select("toy", p, ["alpha", "beta", "gamma"], time=fam.bind(p)[0])
     assert t2.counters.benchmarks == 0 and t2.counters.hits == 1  # not stale, not timed again
+
+
+def test_an_export_keeps_a_private_files_mode(url, tmp_path):
+    out = _exported(url, tmp_path)
+    os.chmod(out, 0o600)
+    jsonl.export(AutotuneDB(url), out)
+    assert os.stat(out).st_mode & 0o777 == 0o600

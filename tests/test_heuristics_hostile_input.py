@@ -256,3 +256,24 @@ def test_read_never_raises_for_a_name_that_is_not_a_string(sim_prof):
         warnings.simplefilter("always")
         assert H.read(sim_prof, None, 7) == 7 and H.read(sim_prof, 5, 8) == 8
     assert any("must be a string" in str(w.message) for w in caught)
+
+
+def test_an_override_keyed_as_the_readme_shows_applies_whether_or_not_defaults_were_written(sim_prof):
+    from calib.autotune import descriptor_key
+
+    partial = {"m": 64, "n": 64, "k": 4096}  # dtype left to its default
+    H.set_overrides({descriptor_key(partial): {"split": 4}}, kind="matmul_splitk")
+    assert H.choose("matmul_splitk", partial, sim_prof) == {"split": 4}
+
+
+def test_launch_parameters_computed_with_numpy_are_launch_parameters(sim_prof):
+    import numpy as np
+
+    from calib import predict
+
+    k = {"vec": np.int64(8), "ept": np.int32(1), "block": np.float64(256.0), "grid": "cover"}
+    p = predict.predict("pointwise", {"op": "add", "n": 1 << 20, "dtype": "float16"}, k, sim_prof)
+    assert p.time_us == predict.predict("pointwise", {"op": "add", "n": 1 << 20, "dtype": "float16"},
+                                        {"vec": 8, "ept": 1, "block": 256, "grid": "cover"}, sim_prof).time_us
+    with pytest.raises(H.HeuristicError, match="vec is"):
+        predict.predict("pointwise", {"op": "add", "n": 1 << 20}, dict(k, vec=np.bool_(True)), sim_prof)

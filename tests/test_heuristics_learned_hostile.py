@@ -232,3 +232,12 @@ def test_the_library_op_evaluation_without_cupy_says_what_to_install(capsys):
         warnings.simplefilter("ignore")
         assert learned_eval.main(["--backend", "cupy"]) == 2
     assert "pip install" in capsys.readouterr().err
+
+
+def test_a_numpy_size_is_a_size_and_a_huge_one_is_named(prof):
+    q = P.q_of(prof)
+    sizes = L.learning_points(L.default_sizes(prof))
+    m = L.fit("k", sizes, [[_truth(q, b)] * 3 for b in sizes], prof)
+    assert m.predict(np.int64(10**6)).time_us == pytest.approx(m.predict(10**6).time_us)
+    with pytest.raises(HeuristicError, match="is no size"):
+        m.predict(10**400)

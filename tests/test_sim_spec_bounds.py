@@ -22,7 +22,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
     ({"device": {"memory_bytes": 1024}}, "need at least 64 MiB"),
     ({"device": {"l2_bytes": 1}}, "an L2 of at least 1 MiB"),
     ({"device": {"l2_bytes": 2**31, "memory_bytes": 2**30}}, "smaller than the device's memory"),
-    ({"noise": {"rel_sd": 50}}, "rel_sd must be at most 0.2"),
+    ({"noise": {"rel_sd": 50}}, "rel_sd must be at most 1.0"),
     ({"params": {"memory.dram.read_bandwidth_gbps": 1e300}}, "outside what any GPU's profile holds"),
     ({"params": {"memory.dram.read_bandwidth_gbps": 1e-300}}, "outside what any GPU's profile holds"),
     ({"device": {"l2_bytes": 4 * 2**20}, "params": {ch.CAPACITY: 40e6}}, "more than the device's L2"),

@@ -132,24 +132,44 @@ def read_lines(lines, *, source: str = "<lines>", device_key: str | None = None,
 def export(db, path, *, family: str | None = None, device_key: str | None = None) -> int:
     """Write the database's entries (with every candidate's samples) to ``path``; returns how many."""
     import os
-    import tempfile
 
     entries, _bad = db.read_all(family, device_key)
     lines = [header_line(database=db.url)] + [entry_line(e, db.samples(e.id)) for e in entries]
-    # every line made before the file is touched, and the file replaced whole: an export that failed
+    # every line made before the file is touched, and a regular file replaced whole: an export that failed
     # half-way (a database of a newer calib, a full disk) had already emptied the file it was to replace
+    text = "\n".join(lines) + "\n"
     target = os.path.realpath(path)
+    if os.path.exists(target) and not os.path.isfile(target):  # /dev/stdout, a FIFO: written as a stream
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return len(entries)
+    write_replacing(target, text)
+    return len(entries)
+
+
+def write_replacing(target: str, text: str):
+    """``text`` into a temporary file beside ``target``, renamed over it: a reader sees the old file or
+    the new one. The new file keeps the old one's mode (a private 0600 cache stays private); a new
+    file gets 0666 less the umask, as ``open`` would give it."""
+    import os
+    import tempfile
+
+    try:
+        mode = os.stat(target).st_mode & 0o777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=os.path.dirname(target) or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-        os.chmod(tmp, 0o644)
+            f.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return len(entries)
 
 
 @dataclass

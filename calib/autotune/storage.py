@@ -106,29 +106,39 @@ def _read_sqlite(path: str, sql: str, params: dict):
     """The rows of ``sql`` read by sqlite3 itself (fast, no SQLAlchemy); None where the database has
     no table yet (the Store creates it). StoreError names a file that is no database.
 
-    A database in a folder nobody may write (a read-only mount, a shared cache) is read as
-    immutable: in WAL mode even a reader needs to create ``-shm`` beside the file, so every read,
-    a hit included, had failed with "unable to open database file" though the data was intact."""
-    from urllib.parse import quote
-
-    from ..store import StoreError
-
+    A database in a folder nobody may write (a read-only mount, a shared cache) may fail to open: in
+    WAL mode a reader needs ``-shm`` beside the file, so every read, a hit included, failed with
+    "unable to open database file" though the data was intact. It is then read again as immutable,
+    unless a ``-wal`` file holds writes not yet in the database (immutable would not see them)."""
     if os.path.isdir(path):
+        from ..store import StoreError  # here, not above: calib.store imports SQLAlchemy (200 ms)
+
         raise StoreError(f"tuning database {path} is a folder, not a database file")
-    writable = os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
-    target, uri = (path, False) if writable else (f"file:{quote(os.path.abspath(path))}?mode=ro&immutable=1", True)
-    try:
-        conn = sqlite3.connect(target, timeout=60, uri=uri)
+    here = os.path.abspath(path)
+    attempts = [(path, False)]
+    if not os.access(os.path.dirname(here), os.W_OK) and not os.path.exists(here + "-wal"):
+        from urllib.parse import quote
+
+        attempts.append((f"file:{quote(here)}?mode=ro&immutable=1", True))
+    for i, (target, uri) in enumerate(attempts):
         try:
-            return conn.execute(sql, params).fetchall()
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:  # OperationalError ("no such table") is one too
-        if "no such table" in str(exc):
-            return None
-        # not a database, a damaged page: named, not sqlite3's bare "file is not a database"
-        raise StoreError(f"tuning database {path} cannot be read ({exc}); it is left as it is: move it aside "
-                         "to start a new one") from None
+            conn = sqlite3.connect(target, timeout=60, uri=uri)
+            try:
+                return conn.execute(sql, params).fetchall()
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as exc:  # OperationalError ("no such table") is one too
+            text = str(exc)
+            if "no such table" in text:
+                return None
+            if i + 1 < len(attempts) and "unable to open" in text:
+                continue
+            from ..store import StoreError
+
+            if "not a database" in text or "malformed" in text:
+                raise StoreError(f"tuning database {path} cannot be read ({text}); it is left as it is: move it "
+                                 "aside to start a new one") from None
+            raise StoreError(f"tuning database {path} cannot be read now ({text})") from None
 
 
 def _json_list(value) -> list:

@@ -105,7 +105,7 @@ def _write_both(texts: dict):
             done[target] = tmp
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, _mode_for(target))
         for target, tmp in done.items():
             os.replace(tmp, target)
             done[target] = None
@@ -116,6 +116,16 @@ def _write_both(texts: dict):
         where = target or ", ".join(texts)
         raise cli_args.BadArgument(f"--out: cannot write {where}: {exc.strerror or exc} (the result is on "
                                    "stdout above)") from None
+
+
+def _mode_for(target: str) -> int:
+    """The mode a rewritten file keeps (its old one), or a new file's: 0666 less the umask."""
+    try:
+        return os.stat(target).st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _check_out(prefix: str):

@@ -91,7 +91,8 @@ def prediction_errors(rows, *, only_memory_bound: bool = False) -> dict:
     if not errs:
         return {"n": 0}
     return {"n": len(errs), "median_abs_rel_error": _quantile(errs, 0.5), "p90_abs_rel_error": _quantile(errs, 0.9),
-            "worst_abs_rel_error": errs[-1],  # None where no row had a finite interval to contain it
+            "worst_abs_rel_error": errs[-1],
+            # None where no row had a finite interval to contain it
             "interval_contains_measured": sum(inside) / len(inside) if inside else None}
 
 

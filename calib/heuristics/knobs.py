@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 from .registry import HeuristicError
 
@@ -50,11 +51,11 @@ def check_knobs(kind: str, spec: dict, params) -> Knobs:
         if isinstance(value, str):
             if value in options:
                 continue
-        elif (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float)
-                                                                          and value.is_integer()):
+        elif isinstance(value, numbers.Real) and not isinstance(value, (bool, np_bool_types())):
             least = 1 if COUNT in options else 0 if COUNT0 in options else None
-            if least is not None and least <= value <= MAX_COUNT:
-                out[name] = int(value)
+            integral = isinstance(value, numbers.Integral) or (math.isfinite(value) and float(value).is_integer())
+            if least is not None and integral and least <= value <= MAX_COUNT:
+                out[name] = int(value)  # NumPy's int64 too: a user's heuristic computes with arrays
                 continue
         raise HeuristicError(f"{kind} launch parameter {name} is {_short(value)}; it must be "
                              f"{' or '.join(o if o in (COUNT, COUNT0) else repr(o) for o in options)}")
@@ -77,6 +78,14 @@ def block_problem(threads: int, name: str) -> str | None:
     if threads > MAX_BLOCK_THREADS:
         return f"{name} {threads} is more than the {MAX_BLOCK_THREADS} threads a CUDA block may have"
     return None
+
+
+def np_bool_types() -> tuple:
+    """NumPy's bool type where NumPy is loaded (it is no number of threads), without importing it."""
+    import sys
+
+    np = sys.modules.get("numpy")
+    return (np.bool_,) if np is not None else ()
 
 
 def _short(value) -> str:

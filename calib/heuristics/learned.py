@@ -47,6 +47,7 @@ entries in the tuning database, one point per problem size.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 
@@ -106,9 +107,14 @@ class LearnedModel:
     def predict(self, nbytes: float) -> P.Prediction:
         """The time at ``nbytes`` with a delta-method interval from the three numbers' CIs
         (as independent: the profile keeps CIs, not covariances)."""
-        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not 0 <= nbytes < math.inf:
-            raise HeuristicError(f"predicting {self.kernel}: {nbytes!r} is no size; a size is a finite number "
+        try:
+            size = float(nbytes) if isinstance(nbytes, numbers.Real) and not isinstance(nbytes, bool) else math.nan
+        except OverflowError:  # an integer of 400 digits
+            size = math.inf
+        if not 0 <= size < math.inf:
+            raise HeuristicError(f"predicting {self.kernel}: {nbytes!r:.40} is no size; a size is a finite number "
                                  "of bytes, 0 or more")
+        nbytes = size
         if self.flags:
             from .registry import _warn_once
 
@@ -367,7 +373,7 @@ def _wls(kernel: str, D, y, yf, off):
         beta = (Vt.T @ ((U.T @ (yf * sw)) / S)) / norm
         fitted = D @ beta + off
         w = 1.0 / np.where(fitted > 0, fitted, y) ** 2
-    resid = (yf - D @ beta) * np.sqrt(w)
+    resid = (yf - D @ beta) * sw  # weighted as the last solve was, as its covariance is
     dof = max(len(y) - D.shape[1], 1)
     s2 = float(resid @ resid) / dof
     se = np.sqrt(s2 * np.sum((Vt.T / S) ** 2, axis=1)) / norm
@@ -435,7 +441,11 @@ def learn(kernel: str, make=None, *, sizes=None, bytes_of=None, measure=None, pr
         samples.append(m.samples_us[m.inliers] if hasattr(m, "inliers") else m)
     model = fit(kernel, [bytes_of(s) for s in sizes], samples, profile)
     if save_to is not None:
-        model.save(save_to, profile)
+        try:
+            model.save(save_to, profile)
+        except HeuristicError as exc:  # a fit the profile cannot hold: the measurements stay with the caller
+            exc.model = model
+            raise
     return model
 
 

@@ -426,14 +426,16 @@ def override_for(kind: str, descriptor) -> dict | None:
         return None
     from ..autotune.descriptors import descriptor_key
 
+    keys = []
     try:
-        key, _ = _key_of(descriptor, kind)
-    except HeuristicError:  # not the family's descriptor: as given (the built-in will refuse it)
-        try:
-            key = descriptor_key(descriptor)
-        except Exception:  # noqa: BLE001 - no key, so no override
-            return None
-    found = _overrides.get(key)
+        keys.append(_key_of(descriptor, kind)[0])
+    except HeuristicError:  # not the family's descriptor: only as given (the built-in will refuse it)
+        pass
+    try:  # as given too: an override keyed by descriptor_key(d) of a d that leaves defaults out
+        keys.append(descriptor_key(descriptor))
+    except Exception:  # noqa: BLE001 - no key, so no override by it
+        pass
+    found = next((_overrides[k] for k in keys if k in _overrides), None)
     if not found:
         return None
     params = found.get(kind, found.get("*"))
