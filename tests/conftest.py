@@ -139,3 +139,22 @@ def sim_run(tmp_path_factory):
                            str(FIXTURES / "small_slow_gpu.json"), "--run-dir", str(run_dir), "--profile", str(profile),
                            "--no-progress", "--jobs", "2"], capture_output=True, text=True, timeout=600, env=env)
     return SimpleNamespace(run_dir=run_dir, profile=profile, proc=proc, backend=backend, env=env)
+
+
+@pytest.fixture
+def heuristic_layers_cleared():
+    """No user heuristic or override from another test: each test starts from the built-ins."""
+    from calib import heuristics
+
+    heuristics.clear()
+    yield
+    heuristics.clear()
+
+
+@pytest.fixture(scope="module")
+def sim_prof():
+    """The simulated device's profile as the heuristics read it (planted values with CIs)."""
+    from calib.backends.sim import SimBackend
+    from calib.heuristics.simdevice import sim_profile
+
+    return sim_profile(SimBackend())

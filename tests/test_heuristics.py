@@ -21,19 +21,7 @@ from calib.profile import Profile
 D = {"op": "add", "n": 1 << 24, "dtype": "float16"}
 
 
-@pytest.fixture(autouse=True)
-def clean():
-    H.clear()
-    yield
-    H.clear()
-
-
-@pytest.fixture(scope="module")
-def sim_prof():
-    from calib.backends.sim import SimBackend
-    from calib.heuristics.simdevice import sim_profile
-
-    return sim_profile(SimBackend())
+pytestmark = pytest.mark.usefixtures("heuristic_layers_cleared")
 
 
 def test_builtin_answers_a_launch_from_the_space(sim_prof):

@@ -25,19 +25,7 @@ BIG = {"pointwise": [{"op": "add", "n": MAX_COUNT}],
 FIELD = {"pointwise": "n", "normalization": "cols", "matmul_splitk": "k"}
 
 
-@pytest.fixture(autouse=True)
-def clean():
-    H.clear()
-    yield
-    H.clear()
-
-
-@pytest.fixture(scope="module")
-def sim_prof():
-    from calib.backends.sim import SimBackend
-    from calib.heuristics.simdevice import sim_profile
-
-    return sim_profile(SimBackend())
+pytestmark = pytest.mark.usefixtures("heuristic_layers_cleared")
 
 
 def _cli(capsys, *argv):
