@@ -81,7 +81,8 @@ def run_sweep(backend: Backend | None, configs: list[dict], store: Store, sessio
             together = len(configs) if calibrations.measured_together(configs) is not None else None
             worker = Worker(store, backend, sessions=[session_id], gpu_id=gpu_id, max_retries=max_retries,
                             name=worker_name("in-process", desc),  # host:pid first: see calib.store.dead
-                            batch=together or (None if backend.simulated else IN_PROCESS_BATCH))
+                            batch=together or (None if backend.simulated else IN_PROCESS_BATCH),
+                            jobs=job_ids)  # this sweep's points: the run's other notebooks share the session
             worker.run(exit_when_empty=True, on_progress=bar.update)
         bar.n = _terminal(store, job_ids)
         bar.refresh()

@@ -63,9 +63,11 @@ def physical_gpu_id(device: int) -> int:
 class Worker:
     def __init__(self, store: Store, backend: Backend, *, sessions: list[int] | None = None,
                  gpu_id: int | None = None, name: str | None = None, max_retries: int = 2,
-                 heartbeat_s: float = 5.0, lease_timeout_s: float = 60.0, batch: int | None = None):
+                 heartbeat_s: float = 5.0, lease_timeout_s: float = 60.0, batch: int | None = None,
+                 jobs: list[int] | None = None):
         self.store, self.backend = store, backend
         self.sessions = sessions
+        self.jobs = jobs  # only these (an in-process sweep's own points), else any of the sessions
         self.gpu_id = gpu_id
         self.name = name or worker_name(f"gpu{gpu_id}" if gpu_id is not None else "")
         self.max_retries, self.heartbeat_s, self.lease_timeout_s = max_retries, heartbeat_s, lease_timeout_s
@@ -77,6 +79,11 @@ class Worker:
     def _session_ids(self) -> list[int]:
         return self.sessions if self.sessions is not None else self.store.sessions_for_device(self.device)
 
+    def _nothing_pending(self, sessions) -> bool:
+        if self.jobs is not None:
+            return self.store.all_done(self.jobs)
+        return self.store.pending(sessions) == 0
+
     def run(self, *, exit_when_empty: bool = True, idle_poll_s: float = 0.5, max_jobs: int | None = None,
             stop: threading.Event | None = None, on_progress=None) -> WorkerStats:
         stats = WorkerStats()
@@ -85,9 +92,9 @@ class Worker:
             stats.reclaimed += reclaim_dead_here(self.store, max_retries=self.max_retries)  # no lease to wait for
             sessions = self._session_ids()
             limit = self.batch if max_jobs is None else max(1, min(self.batch, max_jobs - stats.completed))
-            jobs = self.store.claim(sessions, worker=self.name, gpu_id=self.gpu_id, limit=limit)
+            jobs = self.store.claim(sessions, worker=self.name, gpu_id=self.gpu_id, limit=limit, job_ids=self.jobs)
             if not jobs:
-                if exit_when_empty and self.store.pending(sessions) == 0:
+                if exit_when_empty and self._nothing_pending(sessions):
                     break
                 time.sleep(idle_poll_s)
                 continue

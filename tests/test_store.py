@@ -225,3 +225,17 @@ def test_the_frame_says_how_many_rounds_a_host_timed_point_set_aside():
     assert _host_unsteady(note) == {"n_set_aside": 4}
     assert _host_unsteady({"host_unsteady": {"set_aside_rounds": [], "rounds": 40}}) == {"n_set_aside": 0}
     assert _host_unsteady({"rule": {}}) == {} and _host_unsteady(None) == {}
+
+
+def test_a_sweep_measures_only_its_own_points_when_notebooks_share_a_session(store):
+    """The notebooks of one `calib run` share its session. A sweep whose run was killed left points of
+    another notebook new; on the resume the first sweep to start measured them with its own backend
+    (another random stream, and on a GPU without that notebook's compile-first step)."""
+    backend = SimBackend()
+    device, software = backend.fingerprint()
+    sid = store.open_session("shared", device, software)
+    mine, theirs = _configs(backend, kinds=["read"], widths=[16]), _configs(backend, kinds=["write"], widths=[16])
+    their_jobs = store.enqueue(sid, theirs)  # left new by a notebook that has not started yet
+    report = run_sweep(backend, mine, store, sid, progress=False, desc="mine")
+    assert report.measured == len(mine)
+    assert store.job_state_counts(their_jobs) == {"new": len(theirs)}

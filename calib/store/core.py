@@ -371,16 +371,20 @@ class Store:
         return out
 
     def claim(self, session_ids: list[int], *, worker: str, gpu_id: int | None = None,
-              limit: int = 1) -> list[tuple[int, dict]]:
+              limit: int = 1, job_ids: list[int] | None = None) -> list[tuple[int, dict]]:
         """Hand up to ``limit`` ``new`` jobs of these sessions to ``worker``, atomically. One job is
         started as it is claimed; of several, each is ``started_at`` only once the worker begins it
         (:meth:`start`), so that a worker that dies mid-batch is charged a retry for the jobs it had
-        begun, not for the ones it never touched (calib.store.dead)."""
-        if not session_ids:
+        begun, not for the ones it never touched (calib.store.dead). ``job_ids``: only these (an
+        in-process sweep's own points: the notebooks of one run share its session, and one sweep had
+        measured another's points with its own backend after a resume)."""
+        if not session_ids or job_ids == []:
             return []
         now = utcnow()
-        pick = (select(JobRow.id).where(JobRow.session_id.in_(session_ids), JobRow.state == "new")
-                .order_by(JobRow.id).limit(limit).with_for_update(skip_locked=True))
+        pick = select(JobRow.id).where(JobRow.session_id.in_(session_ids), JobRow.state == "new")
+        if job_ids is not None:
+            pick = pick.where(JobRow.id.in_(job_ids))
+        pick = pick.order_by(JobRow.id).limit(limit).with_for_update(skip_locked=True)
         stmt = (update(JobRow).where(JobRow.id.in_(pick.scalar_subquery()), JobRow.state == "new")
                 .values(state="running", claimed_at=now, started_at=now if limit == 1 else None,
                         heartbeat_at=now, worker=worker,
