@@ -102,7 +102,9 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
                 "is not a regular file" if Path(sim_spec).exists() else "does not exist")
             raise RunError(f"simulated-device spec {sim_spec} {what}")
         try:  # once here, rather than the same error from every notebook; before the banner: one line
-            get_backend("sim", sim_spec=sim_spec).close()
+            sim = get_backend("sim", sim_spec=sim_spec)
+            current_device = sim.fingerprint()[0]
+            sim.close()
         except Exception as exc:  # noqa: BLE001 - whatever the spec got wrong, said in one line
             text = str(exc)
             raise RunError(text if sim_spec and str(sim_spec) in text else
@@ -111,10 +113,13 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     else:
         echo(f"calib run: calibrating GPU {device} on the cupy backend ({why}).")
         require("cupy", "calib run --backend cupy")  # here, not once per notebook after all of them started
+        detected = fp.detect_current(device)
+        current_device = detected[0] if detected else None
 
     if profile_path is not None:
         _refuse_profile_target(Path(profile_path))
     run_dir = Path(run_dir) if run_dir else default_runs_dir() / f"{utc_now().replace(':', '')}-{suite}-{name}"
+    _refuse_other_device(run_dir, current_device)
     _make_run_dir(run_dir)
     run_dir = run_dir.resolve()
     label = f"run:{run_dir}"
@@ -214,6 +219,26 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
                   for name, why in (frag.get("failures") or {}).items() if name not in params}
     return RunResult(run_dir=run_dir, profile_path=target, params=params, simulated=summary["simulated"],
                      failed=failed, wall_s=summary["wall_s"], phase_table=phase_table, not_fitted=not_fitted)
+
+
+def _refuse_other_device(run_dir: Path, current: dict | None):
+    """A run folder resumed for another device, or the simulated device under another spec, is
+    refused before any notebook starts. Each notebook had failed on its own ("measured on another
+    device"), the folder's index was then rewritten with every notebook failed, and the old run's
+    profile written anyway; under another spec of the same device the old points were reused in
+    silence, and the profile held the old spec's values."""
+    if current is None or not (run_dir / runfolder.PROFILE).is_file():
+        return
+    try:
+        recorded = json.loads((run_dir / runfolder.PROFILE).read_text()).get("device") or {}
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return  # not readable: the notebooks' own checks speak for it
+    diffs = fp.hard_differences(recorded, current)
+    if recorded.get("simulated") and current.get("simulated"):
+        diffs += fp.differences(recorded, current, ("sim_spec", "sim_spec_sha256"))
+    if diffs:
+        raise RunError(f"run folder {run_dir} was measured on another device ({'; '.join(diffs)}): resuming it "
+                       "would mix the two; give another --run-dir (the folder is left as it is)")
 
 
 def _refuse_profile_target(path: Path):

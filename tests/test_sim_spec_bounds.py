@@ -63,3 +63,28 @@ def test_a_device_too_small_for_some_sweeps_says_which_parameters_were_not_fitte
     assert names == recorded
     profile = json.loads((tmp_path / "p.json").read_text())["params"]
     assert not names & set(profile)
+
+
+@pytest.mark.parametrize("other", [{"params": {"memory.dram.read_bandwidth_gbps": 3000.0}},
+                                   {"device": {"sm_count": 100}}])
+def test_a_run_folder_is_not_resumed_under_another_spec_or_device(other, tmp_path):
+    """Resumed under another spec, the folder's measured points were reused in silence (the profile
+    held the old spec's values); for another device every notebook failed on its own and the old
+    run's index was rewritten as failed. Now it is one line before any notebook starts."""
+    from calib.backends.sim import SimBackend
+    from calib.runner import RunError, run
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    device, software = SimBackend().fingerprint()
+    (run_dir / "profile.json").write_text(json.dumps({"schema": "calib.profile/1", "device": device,
+                                                      "software": software, "params": {}}))
+    spec = tmp_path / "other.json"
+    spec.write_text(json.dumps(other))
+    before = sorted(p.name for p in run_dir.iterdir())
+    with pytest.raises(RunError, match="was measured on another device"):
+        run(backend="sim", sim_spec=spec, run_dir=run_dir, progress=False, echo=lambda *a: None)
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+    # the same spec resumes: nothing refused before the notebooks
+    same = SimBackend().fingerprint()[0]
+    assert same["sim_spec_sha256"] == device["sim_spec_sha256"]

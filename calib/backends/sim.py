@@ -217,6 +217,14 @@ class SimBackend(Backend):
         self.rng = np.random.default_rng(self.spec["noise"]["seed"])
 
     @property
+    def spec_sha256(self) -> str:
+        import hashlib
+
+        planted = {k: self.spec[k] for k in ("device", "params", "noise", "pace_s")}
+        planted["noise"] = {k: v for k, v in planted["noise"].items() if k != "seed"}  # a seed is a run's
+        return hashlib.sha256(json.dumps(planted, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
     def truth(self) -> dict:
         return self.spec["params"]
 
@@ -232,7 +240,9 @@ class SimBackend(Backend):
         d = self.spec["device"]
         device = {"name": f"calib simulated GPU ({self.spec['name']})", "simulated": True,
                   "compute_capability": "sim", "sm_count": d["sm_count"], "memory_bytes": d["memory_bytes"],
-                  "l2_bytes": d["l2_bytes"], "sim_spec": self.spec["source"]}
+                  "l2_bytes": d["l2_bytes"], "sim_spec": self.spec["source"],
+                  # what the spec plants, not its path: an edited spec is another simulated device
+                  "sim_spec_sha256": self.spec_sha256}
         device.update({k: d[k] for k in _DEVICE_PROPERTIES if k in d})
         return device, software_fingerprint(backend="sim")
 
