@@ -322,7 +322,9 @@ def read_fragment(path) -> dict:
     data = _read_bytes(path, "fragment")  # a regular file of bounded size: a FIFO named fragment-*.json hung
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON or bad UTF-8
+    except RecursionError:
+        raise ProfileError(f"fragment {path} nests lists or objects too deeply to be a fragment") from None
+    except ValueError as exc:  # bad JSON or bad UTF-8
         raise ProfileError(f"fragment {path} cannot be read: {exc}") from None
     if not isinstance(doc, dict) or doc.get("schema") != FRAGMENT_SCHEMA:
         raise ProfileError(f"fragment {path} is not a {FRAGMENT_SCHEMA} document")

@@ -23,7 +23,7 @@ def _is_fragment(path: Path) -> bool:
         return False
     try:
         doc = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # nested past the parser: no fragment
         return False
     return isinstance(doc, dict) and doc.get("schema") == FRAGMENT_SCHEMA
 

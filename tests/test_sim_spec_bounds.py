@@ -88,3 +88,14 @@ def test_a_run_folder_is_not_resumed_under_another_spec_or_device(other, tmp_pat
     # the same spec resumes: nothing refused before the notebooks
     same = SimBackend().fingerprint()[0]
     assert same["sim_spec_sha256"] == device["sim_spec_sha256"]
+
+
+def test_show_and_merge_name_a_file_nested_past_the_parser(tmp_path, capsys):
+    from calib.cli import main
+
+    deep = tmp_path / "fragment-deep.json"
+    deep.write_text("[" * 100000)
+    assert main(["show", str(deep)]) == 2
+    assert main(["merge", str(deep), "--profile", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("too deeply") == 2 and "Traceback" not in err
