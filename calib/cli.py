@@ -164,6 +164,8 @@ def _cmd_worker(args) -> int:
     except StoreError as exc:
         print(f"calib worker: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return _interrupted("calib worker", locals().get("store"))
     print(f"calib worker {worker.name}: {stats.completed} completed, {stats.failed_attempts} failed attempts, "
           f"{stats.reclaimed} reclaimed from dead workers, {stats.lost} results refused", flush=True)
     return 0
@@ -187,8 +189,26 @@ def _cmd_sweep(args) -> int:
     except StoreError as exc:
         print(f"calib sweep: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return _interrupted("calib sweep", locals().get("store"))
     print(report)
     return 1 if report.failed else 0
+
+
+def _interrupted(command: str, store) -> int:
+    """Ctrl-C: this process's claimed jobs go back to the queue (no retry charged), one line, exit 130."""
+    import os
+    import socket
+
+    released = 0
+    if store is not None:
+        try:
+            released = store.release_process(socket.gethostname(), os.getpid())
+        except Exception:  # noqa: BLE001 - the next worker reclaims them; the interrupt is the message
+            pass
+    print(f"{command}: interrupted; {released} claimed job(s) returned to the queue, no retry charged",
+          file=sys.stderr)
+    return 130
 
 
 def _cmd_catalogue(args) -> int:

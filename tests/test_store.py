@@ -239,3 +239,28 @@ def test_a_sweep_measures_only_its_own_points_when_notebooks_share_a_session(sto
     report = run_sweep(backend, mine, store, sid, progress=False, desc="mine")
     assert report.measured == len(mine)
     assert store.job_state_counts(their_jobs) == {"new": len(theirs)}
+
+
+def test_ctrl_c_returns_a_workers_claimed_jobs_without_charging_a_retry(tmp_path, monkeypatch, capsys):
+    """An interrupted `calib worker` left its claims `running`; the next worker reclaimed each with a
+    retry charged, so a few interruptions timed a job out. Now it hands them back on its way out."""
+    from calib.cli import main
+    from calib.worker import Worker
+
+    url = sqlite_url(tmp_path / "w.sqlite")
+    store = Store(url)
+    backend = SimBackend()
+    device, software = backend.fingerprint()
+    sid = store.open_session("ctrl-c", device, software)
+    jobs = store.enqueue(sid, _configs(backend, kinds=["read"], widths=[16])[:6])
+
+    def claim_then_interrupt(self, **kw):
+        self.store.claim([sid], worker=self.name, limit=4)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Worker, "run", claim_then_interrupt)
+    assert main(["worker", "--backend", "sim", "--db", url, "--exit-when-empty"]) == 130
+    assert "4 claimed job(s) returned to the queue" in capsys.readouterr().err
+    assert store.job_state_counts(jobs) == {"new": 6}
+    frame = store.jobs_frame(sid)
+    assert (frame["retries"] == 0).all() and frame["worker"].isna().all()

@@ -462,6 +462,20 @@ class Store:
                             .returning(JobRow.state)).first()
         return None if row is None else row.state
 
+    def release_process(self, host: str, pid: int) -> int:
+        """This process's running jobs back to ``new``, no retry charged: what an interrupted worker
+        or sweep (Ctrl-C) does on its way out. Its claims had stayed ``running`` until another worker
+        reclaimed them, each charged a retry, so that a few interruptions timed a job out."""
+        from .dead import worker_name
+
+        prefix = worker_name(host=host, pid=pid)
+        with Session(self.engine) as s, s.begin():
+            rows = s.execute(update(JobRow).where(JobRow.state == "running",
+                                                  (JobRow.worker == prefix) | JobRow.worker.startswith(prefix + ":"))
+                             .values(state="new", worker=None, claimed_at=None, started_at=None, heartbeat_at=None)
+                             .returning(JobRow.id)).all()
+        return len(rows)
+
     def reclaim_stale(self, *, timeout_s: float, max_retries: int) -> int:
         """Jobs whose worker stopped heartbeating: back to ``new``, or ``timed_out`` when they have
         used up their retries. Returns how many were reclaimed."""
