@@ -87,7 +87,11 @@ def normalize(value, _path: tuple = (), _open: frozenset = frozenset()):
 
 def canonical_json(descriptor) -> str:
     """The one text of a descriptor: sorted keys, no spaces. Equal contents, equal text."""
-    return json.dumps(normalize(descriptor), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    try:
+        return json.dumps(normalize(descriptor), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except RecursionError:
+        raise DescriptorError("the descriptor nests deeper than Python recurses (or contains itself): a "
+                              "descriptor is a few levels of sizes, types and flags") from None
 
 
 def descriptor_hash(descriptor) -> str:

@@ -136,7 +136,8 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     base_params = {"backend": name, "device": device, "suite": suite, "output_dir": str(run_dir),
                    "sim_spec": str(Path(sim_spec).resolve()) if sim_spec else None, "label": label,
                    "progress": False, **(parameters or {})}
-    jobs = default_jobs(name, len(names)) if jobs in (None, "auto") else max(1, int(jobs))
+    # more slots than notebooks would only be said ("99999 notebooks at a time"), never used
+    jobs = default_jobs(name, len(names)) if jobs in (None, "auto") else max(1, min(int(jobs), len(names)))
     if jobs > 1:
         notes = ["measurements take turns on the GPU"] if name != "sim" else []
         notes += [f"{nb} measures first, while the others wait" for nb in names if nb in host_timed()]

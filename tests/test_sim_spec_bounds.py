@@ -99,3 +99,22 @@ def test_show_and_merge_name_a_file_nested_past_the_parser(tmp_path, capsys):
     assert main(["merge", str(deep), "--profile", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("too deeply") == 2 and "Traceback" not in err
+
+
+def test_the_simulated_device_refuses_a_point_no_gpu_could_run():
+    from calib.backends.base import UnsupportedConfig
+    from calib.backends.sim import SimBackend
+
+    ok = {"calibration": "memory_bandwidth", "kind": "read", "width_bytes": 16, "size_bytes": 2**24}
+    out = SimBackend().measure([dict(ok, size_bytes=-5), dict(ok, size_bytes=0), dict(ok, size_bytes=True), ok])
+    assert all(isinstance(r, UnsupportedConfig) and "size_bytes" in str(r) for r in out[:3])
+    assert out[3].median_us > 0
+
+
+def test_a_descriptor_nested_past_the_parser_is_a_descriptor_error():
+    import functools
+
+    from calib.keys import DescriptorError, canonical_json
+
+    with pytest.raises(DescriptorError, match="nests deeper"):
+        canonical_json({"x": functools.reduce(lambda a, _: [a], range(5000), 1)})

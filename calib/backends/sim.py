@@ -189,6 +189,16 @@ def _known_keys(where: str, given: dict, known):
             raise SimSpecError(f"unknown keys in {where}: {key!r}{hint}")
 
 
+def _bad_size(config: dict) -> str | None:
+    """Why a point's sizes and counts (``*_bytes``, ``n``, ``iters``, ...) are none a kernel could run:
+    each must be a whole number of at least 1 (not ``true``), or None."""
+    for key, value in config.items():
+        if key.endswith(("_bytes", "_count")) or key in ("n", "iters", "threads", "rows", "cols", "m", "k"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                return f"{key} is {value!r}: a size or count is a whole number of at least 1"
+    return None
+
+
 def _finite(value) -> bool:
     try:
         return math.isfinite(value)
@@ -279,8 +289,11 @@ class SimBackend(Backend):
         for i, c in enumerate(configs):
             calibration_id = c.get("calibration")
             module = calibrations.get(calibration_id) if calibration_id in calibrations.IDS else None
+            bad = _bad_size(c)
             if module is None or module.KIND != "timed":
                 results[i] = UnsupportedConfig(f"the simulated device has no model for calibration {calibration_id!r}")
+            elif bad:  # a GPU could not run it either; timed, it recorded a result for a size of -5 bytes
+                results[i] = UnsupportedConfig(bad)
             elif module.footprint_bytes(c) > self.memory_bytes:
                 results[i] = DeviceOutOfMemory(
                     f"needs {module.footprint_bytes(c) / 2**30:.1f} GiB of device memory; the simulated device "
