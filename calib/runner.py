@@ -122,7 +122,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     _refuse_other_device(run_dir, current_device)
     _make_run_dir(run_dir)
     run_dir = run_dir.resolve()
-    label = f"run:{run_dir}"
+    label = _run_label(run_dir)
     names = notebooks or NOTEBOOKS
     for nb in names:
         try:
@@ -220,6 +220,30 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
                   for name, why in (frag.get("failures") or {}).items() if name not in params}
     return RunResult(run_dir=run_dir, profile_path=target, params=params, simulated=summary["simulated"],
                      failed=failed, wall_s=summary["wall_s"], phase_table=phase_table, not_fitted=not_fitted)
+
+
+RUN_ID = ".calib-run-id"
+
+
+def _run_label(run_dir: Path) -> str:
+    """The session label of a run folder's sweeps: ``run:<id>``, the id kept in the folder. Keyed by
+    the folder's path, as before, a folder moved or copied elsewhere (its database goes with it)
+    measured everything again. A folder from before the id keeps its path label, so it resumes."""
+    import re
+    import uuid
+
+    ident = run_dir / RUN_ID
+    try:
+        text = ident.read_text().strip()
+    except OSError:
+        text = ""
+    if re.fullmatch(r"[0-9a-f]{32}", text):
+        return f"run:{text}"
+    if (run_dir / runfolder.DATABASE).exists():
+        return f"run:{run_dir}"
+    text = uuid.uuid4().hex
+    ident.write_text(text + "\n")
+    return f"run:{text}"
 
 
 def _refuse_other_device(run_dir: Path, current: dict | None):

@@ -118,3 +118,25 @@ def test_a_descriptor_nested_past_the_parser_is_a_descriptor_error():
 
     with pytest.raises(DescriptorError, match="nests deeper"):
         canonical_json({"x": functools.reduce(lambda a, _: [a], range(5000), 1)})
+
+
+def test_a_run_folder_moved_elsewhere_resumes_without_measuring_again(tmp_path):
+    import shutil
+    import sqlite3
+
+    from calib.runner import run
+
+    first = tmp_path / "first"
+    run(backend="sim", run_dir=first, notebooks=["launch_latency"], profile_path=tmp_path / "a.json",
+        progress=False, echo=lambda *a: None)
+    moved = tmp_path / "moved"
+    shutil.move(str(first), str(moved))
+    run(backend="sim", run_dir=moved, notebooks=["launch_latency"], profile_path=tmp_path / "b.json",
+        progress=False, echo=lambda *a: None)
+    db = sqlite3.connect(moved / "results.sqlite")
+    assert db.execute("select count(*) from session").fetchone()[0] == 1
+    assert db.execute("select count(*) from result").fetchone()[0] == db.execute(
+        "select count(*) from job where state = 'completed'").fetchone()[0]  # no point measured twice
+    a = json.loads((tmp_path / "a.json").read_text())["params"]
+    b = json.loads((tmp_path / "b.json").read_text())["params"]
+    assert {k: v["value"] for k, v in a.items()} == {k: v["value"] for k, v in b.items()}
