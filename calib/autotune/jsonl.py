@@ -143,33 +143,11 @@ def export(db, path, *, family: str | None = None, device_key: str | None = None
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         return len(entries)
-    write_replacing(target, text)
+    from .. import atomic
+    from ..store import StoreError
+
+    atomic.replace(target, text.encode("utf-8"), StoreError)
     return len(entries)
-
-
-def write_replacing(target: str, text: str):
-    """``text`` into a temporary file beside ``target``, renamed over it: a reader sees the old file or
-    the new one. The new file keeps the old one's mode (a private 0600 cache stays private); a new
-    file gets 0666 less the umask, as ``open`` would give it."""
-    import os
-    import tempfile
-
-    try:
-        mode = os.stat(target).st_mode & 0o777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=os.path.dirname(target) or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass

@@ -96,16 +96,12 @@ def _write_both(texts: dict):
     """Each file to a temporary file beside it, and only when all are written, each renamed over its
     target: a full disk leaves neither PREFIX.json nor PREFIX.md changed (it had left a new .json
     beside an old or missing .md), and no half-written file."""
-    import tempfile
+    from .. import atomic
 
     done, target = {}, None
     try:
         for target, text in texts.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{Path(target).name}.", dir=Path(target).parent or ".")
-            done[target] = tmp
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.chmod(tmp, _mode_for(target))
+            done[target] = atomic.temporary_beside(Path(target), text.encode("utf-8"))
         for target, tmp in done.items():
             os.replace(tmp, target)
             done[target] = None
@@ -116,16 +112,6 @@ def _write_both(texts: dict):
         where = target or ", ".join(texts)
         raise cli_args.BadArgument(f"--out: cannot write {where}: {exc.strerror or exc} (the result is on "
                                    "stdout above)") from None
-
-
-def _mode_for(target: str) -> int:
-    """The mode a rewritten file keeps (its old one), or a new file's: 0666 less the umask."""
-    try:
-        return os.stat(target).st_mode & 0o777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
 
 
 def _check_out(prefix: str):

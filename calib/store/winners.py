@@ -18,10 +18,8 @@ import csv
 import io
 import json
 import math
-import os
 import re
 import socket
-import tempfile
 from pathlib import Path
 
 from sqlalchemy import select, text
@@ -72,46 +70,10 @@ def export_tsv(store: Store, path, session_id: int | None = None) -> int:
 
 
 def _replace_atomically(path: Path, data: bytes):
-    """Temporary file in the target's folder (a rename is atomic only within one file system),
-    fsynced before the rename and the folder fsynced after, so a crash cannot leave a short file
-    under the target's name. The target keeps its mode; a new file gets the umask's."""
-    path = path.expanduser()
-    folder = path.parent
-    try:
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    except OSError as exc:
-        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        kept = "it is unchanged" if path.exists() else "nothing was written"
-        raise StoreError(f"cannot write {path}: {exc.strerror or exc} ({kept})") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-    try:
-        dfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass  # the rename is done; a folder that cannot be fsynced (some network file systems) is no error
+    """The target replaced whole (calib.atomic); StoreError names why not."""
+    from .. import atomic
+
+    atomic.replace(path, data, StoreError)
 
 
 def read_tsv(path) -> list[tuple]:

@@ -1,0 +1,76 @@
+"""Replacing a file whole: a reader sees the old file or the new one, never half of one.
+
+One mechanism for the files calib writes beside a user's own (a winners TSV, an exported cache, an
+evaluation's --out pair); the profile has its own writer (calib.profile), which also locks and
+merges. Standard library only, so any command may use it without loading a database driver.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def mode_for(path: Path) -> int:
+    """The mode a rewritten file keeps (its old one: a private 0600 file stays private), or a new
+    file's: 0666 less the umask, as ``open`` would give it."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def temporary_beside(path: Path, data: bytes) -> str:
+    """``data`` in a new temporary file in the target's folder (a rename is atomic only within one
+    file system), fsynced, with the mode the target will have; its name. Removed again on failure."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode_for(path))
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return tmp
+
+
+def replace(path, data: bytes, error: type):
+    """``data`` under ``path``: a temporary file renamed over it, and the folder fsynced after, so a
+    crash cannot leave a short file under the target's name. ``error`` (a CalibError) says in one
+    line why not, and whether the target is unchanged."""
+    path = Path(path).expanduser()
+    tmp = None
+    try:
+        tmp = temporary_beside(path, data)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        kept = "it is unchanged" if path.exists() else "nothing was written"
+        raise error(f"cannot write {path}: {exc.strerror or exc} ({kept})") from None
+    finally:
+        if tmp is not None:
+            _unlink(tmp)
+    sync_folder(path.parent)
+
+
+def sync_folder(folder: Path):
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass  # the rename is done; a folder that cannot be fsynced (some network file systems) is no error
+
+
+def _unlink(tmp: str):
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
