@@ -288,13 +288,8 @@ def _key_of(descriptor, kind: str | None) -> tuple[str, str | None]:
     from ..autotune.descriptors import DescriptorError, descriptor_key
     from .families import family
 
-    errors = []
-    for k in ([kind] if kind is not None else KINDS):
-        try:
-            return descriptor_key(family(k).descriptor(descriptor)), k
-        except (HeuristicError, DescriptorError) as exc:
-            errors.append(str(exc))
-    raise HeuristicError(errors[0] if kind is not None else "it is no kind's descriptor (" + "; ".join(errors) + ")")
+    return _as_kind(kind, lambda k: descriptor_key(family(k).descriptor(descriptor)), "it is no kind's descriptor",
+                    (HeuristicError, DescriptorError))
 
 
 def _check_key(key: str):
@@ -311,13 +306,19 @@ def _check_params(params, kind: str | None) -> dict:
 
     if not isinstance(params, dict):
         raise HeuristicError(f"parameters must be a mapping, not {type(params).__name__}")
-    errors = []
+    return _as_kind(kind, lambda k: dict(launch(k, params)), "they are no kind's launch", (HeuristicError,))[0]
+
+
+def _as_kind(kind: str | None, attempt, none_fits: str, errors: tuple):
+    """(``attempt(kind)``, kind), or without a kind the first kind ``attempt`` takes; HeuristicError
+    with the reason (each kind's, where none took it)."""
+    why = []
     for k in ([kind] if kind is not None else KINDS):
         try:
-            return dict(launch(k, params))
-        except HeuristicError as exc:
-            errors.append(str(exc))
-    raise HeuristicError(errors[0] if kind is not None else "they are no kind's launch (" + "; ".join(errors) + ")")
+            return attempt(k), k
+        except errors as exc:
+            why.append(str(exc))
+    raise HeuristicError(why[0] if kind is not None else f"{none_fits} ({'; '.join(why)})")
 
 
 def _entry(key, params, kind: str | None) -> tuple[str, str | None, dict]:
