@@ -116,7 +116,7 @@ def _read_sqlite(path: str, sql: str, params: dict):
         raise StoreError(f"tuning database {path} is a folder, not a database file")
     here = os.path.abspath(path)
     attempts = [(path, False)]
-    if not os.access(os.path.dirname(here), os.W_OK) and not os.path.exists(here + "-wal"):
+    if not os.access(os.path.dirname(here), os.W_OK) and not _wal_pending(here):
         from urllib.parse import quote
 
         attempts.append((f"file:{quote(here)}?mode=ro&immutable=1", True))
@@ -139,6 +139,15 @@ def _read_sqlite(path: str, sql: str, params: dict):
                 raise StoreError(f"tuning database {path} cannot be read ({text}); it is left as it is: move it "
                                  "aside to start a new one") from None
             raise StoreError(f"tuning database {path} cannot be read now ({text})") from None
+
+
+def _wal_pending(path: str) -> bool:
+    """Whether a ``-wal`` beside the database holds writes (an empty one, left after a checkpoint,
+    holds none)."""
+    try:
+        return os.path.getsize(path + "-wal") > 0
+    except OSError:
+        return False
 
 
 def _json_list(value) -> list:
