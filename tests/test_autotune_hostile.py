@@ -177,6 +177,7 @@ def test_a_database_in_a_folder_nobody_may_write_still_serves_hits(url, tmp_path
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     con.close()
     assert not os.path.exists(path + "-wal") or os.path.getsize(path + "-wal") == 0  # nothing an immutable read misses
+    from calib import sqlite_files
     from calib.autotune import storage
 
     real_access, real_connect = os.access, sqlite3.connect
@@ -186,7 +187,7 @@ def test_a_database_in_a_folder_nobody_may_write_still_serves_hits(url, tmp_path
             raise sqlite3.OperationalError("unable to open database file")
         return real_connect(target, *a, uri=uri, **kw)
 
-    monkeypatch.setattr(storage.os, "access", lambda p, mode: False if mode == os.W_OK else real_access(p, mode))
+    monkeypatch.setattr(sqlite_files.os, "access", lambda p, mode: False if mode == os.W_OK else real_access(p, mode))
     monkeypatch.setattr(storage.sqlite3, "connect", read_only_mount)
     t, _ = tuner(url)
     for p in workload(2):

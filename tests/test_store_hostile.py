@@ -308,3 +308,58 @@ def test_cli_sweep_on_a_full_database_is_one_line(tmp_path):
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
     assert "is full" in out.stderr and "kept" in out.stderr
     assert signal.SIGXFSZ  # (keeps the signal import honest on platforms without it)
+
+
+def _read_only_mount(monkeypatch, folder):
+    """A read-only mount, simulated: ``folder`` is not writable, and SQLite cannot open a WAL
+    database there (it must create ``-shm`` beside it) unless asked for an immutable read."""
+    import sqlite3
+
+    from calib import sqlite_files
+
+    real_access, real_connect = os.access, sqlite3.dbapi2.connect
+    here = str(folder)
+
+    def access(p, mode, *a, **kw):
+        return False if mode == os.W_OK and str(p).startswith(here) else real_access(p, mode, *a, **kw)
+
+    def connect(target, *a, uri=False, **kw):
+        if here in str(target) and not (uri and "immutable=1" in str(target)):
+            raise sqlite3.OperationalError("unable to open database file")
+        return real_connect(target, *a, uri=uri, **kw)
+
+    monkeypatch.setattr(sqlite_files.os, "access", access)
+    monkeypatch.setattr(sqlite3.dbapi2, "connect", connect)
+
+
+def _filled(path) -> str:
+    import sqlite3
+
+    url = sqlite_url(path)
+    store = Store(url)
+    sid = _session(store)
+    store.enqueue(sid, _configs(3))
+    store.engine.dispose()
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    return url
+
+
+def test_a_database_on_a_read_only_mount_is_read(tmp_path, monkeypatch):
+    """``calib status`` or a report on an archived database in a folder nobody may write: the
+    plain open fails there ("unable to open database file"), so a reader opens it immutable."""
+    url = _filled(tmp_path / "archive.sqlite")
+    _read_only_mount(monkeypatch, tmp_path)
+    store = Store(url, readonly=True)
+    assert store.url == url and sum(c["new"] for c in store.counts().values()) == 3
+    with pytest.raises(StoreError, match="cannot connect.*unable to open"):
+        Store(url)  # a writer still cannot: the message names the fault
+
+
+def test_a_read_only_mount_with_writes_pending_in_the_wal_is_refused_with_what_to_do(tmp_path, monkeypatch):
+    url = _filled(tmp_path / "archive.sqlite")
+    (tmp_path / "archive.sqlite-wal").write_bytes(b"\0" * 4096)  # writes an immutable read would not see
+    _read_only_mount(monkeypatch, tmp_path)
+    with pytest.raises(StoreError, match="holds writes not yet in the database.*copy the database with its -wal"):
+        Store(url, readonly=True)

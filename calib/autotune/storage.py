@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from ..keys import canonical_json
+from ..sqlite_files import immutable_uri, in_read_only_folder, wal_pending
 from .decide import TIE_REL, Timing, decide
 from .entries import CorruptEntry, Entry, entry_from_row, provenance, timing_to_row
 
@@ -116,10 +117,8 @@ def _read_sqlite(path: str, sql: str, params: dict):
         raise StoreError(f"tuning database {path} is a folder, not a database file")
     here = os.path.abspath(path)
     attempts = [(path, False)]
-    if not os.access(os.path.dirname(here), os.W_OK) and not _wal_pending(here):
-        from urllib.parse import quote
-
-        attempts.append((f"file:{quote(here)}?mode=ro&immutable=1", True))
+    if in_read_only_folder(here) and not wal_pending(here):
+        attempts.append((immutable_uri(here), True))
     for i, (target, uri) in enumerate(attempts):
         try:
             conn = sqlite3.connect(target, timeout=60, uri=uri)
@@ -139,15 +138,6 @@ def _read_sqlite(path: str, sql: str, params: dict):
                 raise StoreError(f"tuning database {path} cannot be read ({text}); it is left as it is: move it "
                                  "aside to start a new one") from None
             raise StoreError(f"tuning database {path} cannot be read now ({text})") from None
-
-
-def _wal_pending(path: str) -> bool:
-    """Whether a ``-wal`` beside the database holds writes (an empty one, left after a checkpoint,
-    holds none)."""
-    try:
-        return os.path.getsize(path + "-wal") > 0
-    except OSError:
-        return False
 
 
 def _json_list(value) -> list:

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from ..errors import CalibError
 from ..keys import canonical_json, descriptor_hash
+from ..sqlite_files import immutable_uri, in_read_only_folder, wal_pending
 from .tables import JOB_STATES, TERMINAL_STATES, ConfigRow, JobRow, ResultRow, SessionRow, utcnow
 
 ENV_DB_URL = "CALIB_DB_URL"
@@ -57,6 +58,22 @@ def _sqlite_pragmas(dbapi_conn, _record):
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA busy_timeout=60000")
     cur.close()
+
+
+def _read_only_mount_url(parsed, shown: str):
+    """The URL through which a reader opens a SQLite file in a folder nobody may write (see
+    calib.sqlite_files): immutable, or refused with what to do where the ``-wal`` holds writes
+    that such a read would miss, rather than shown without them."""
+    path = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not path or path == ":memory:" or path.startswith("file:"):
+        return parsed
+    if not os.path.isfile(path) or not in_read_only_folder(path):
+        return parsed
+    if wal_pending(path):
+        raise StoreError(f"results database {shown} sits in a folder calib may not write and its -wal file holds "
+                         "writes not yet in the database, which a read here would miss: copy the database with its "
+                         "-wal file somewhere writable and read it there")
+    return parsed.set(database=immutable_uri(path)).update_query_dict({"uri": "true"})
 
 
 def _sqlite_begin(conn):
@@ -117,6 +134,8 @@ class Store:
                              "postgresql+psycopg://user@host/db)") from None
         self.url = parsed.render_as_string(hide_password=True)
         self._raw_url = url
+        if readonly:
+            parsed = _read_only_mount_url(parsed, self.url)
         try:
             kwargs = {"pool_pre_ping": True} if parsed.get_backend_name() == "postgresql" else {}
             self.engine = create_engine(parsed, future=True, **kwargs)

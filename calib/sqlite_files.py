@@ -1,0 +1,30 @@
+"""SQLite files in folders nobody may write: a read-only mount, a shared archive.
+
+In WAL mode a reader must create ``-shm`` beside the database, so a plain open fails there with
+"unable to open database file" though the data is intact. Such a file can still be read as
+immutable, unless its ``-wal`` holds writes not yet in the database: an immutable read would
+not see them. Both the tuning database's readers and the autotune cache's fast path ask here.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import quote
+
+
+def in_read_only_folder(path: str) -> bool:
+    return not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
+
+
+def wal_pending(path: str) -> bool:
+    """Whether a ``-wal`` beside the database holds writes (an empty one, left after a
+    checkpoint, holds none)."""
+    try:
+        return os.path.getsize(path + "-wal") > 0
+    except OSError:
+        return False
+
+
+def immutable_uri(path: str) -> str:
+    """The ``file:`` URI (for ``sqlite3.connect(..., uri=True)``) that reads ``path`` as immutable."""
+    return f"file:{quote(os.path.abspath(path))}?mode=ro&immutable=1"
