@@ -51,9 +51,9 @@ def interactive_dir(calibration_id: str) -> Path:
     """Where a notebook run by hand (JupyterLab, ``output_dir = None``) keeps its results: a folder
     per calibration in the user data directory, never the notebooks' own folder, so that exploring
     leaves the source tree clean. ``calib run`` passes its run folder instead."""
-    import platformdirs
+    from .profile import user_data_dir
 
-    return Path(platformdirs.user_data_dir("calib")) / "interactive" / calibration_id
+    return Path(user_data_dir()) / "interactive" / calibration_id
 
 
 class Calibration:

@@ -744,11 +744,12 @@ def read_profile(path: str | os.PathLike) -> Profile:
 
 def user_profiles_dir() -> Path:
     """``profiles/`` of calib's folder in the user's data directory (platformdirs' ``user_data_dir``)."""
-    return Path(_user_data_dir()) / "profiles"
+    return Path(user_data_dir()) / "profiles"
 
 
-def _user_data_dir() -> str:
-    """platformdirs' ``user_data_dir("calib")``, without importing platformdirs where the answer is plain.
+def user_data_dir() -> str:
+    """platformdirs' ``user_data_dir("calib")``, without importing platformdirs where the answer is plain:
+    the one place that says where calib keeps profiles, the autotune cache, runs and notebooks run by hand.
 
     The lookup of the default profile passes through here on the first ``calib.query``, and
     importing platformdirs (with the ``tempfile`` it imports) cost about as much as the rest of

@@ -64,9 +64,9 @@ def notebooks_dir() -> Path:
 
 
 def default_runs_dir() -> Path:
-    import platformdirs
+    from .profile import user_data_dir
 
-    return Path(platformdirs.user_data_dir("calib")) / "runs"
+    return Path(user_data_dir()) / "runs"
 
 
 @dataclass

@@ -23,29 +23,16 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import sys
 from pathlib import Path
 
 from ..keys import canonical_json
+from ..profile import user_data_dir
 from ..sqlite_files import immutable_uri, in_read_only_folder, wal_pending
 from .decide import TIE_REL, Timing, decide
 from .entries import CorruptEntry, Entry, entry_from_row, provenance, timing_to_row
 
 ENV_DB_URL = "CALIB_DB_URL"
 DB_FILE = "autotune.sqlite"
-
-
-def user_data_dir() -> str:
-    if sys.platform.startswith("linux"):
-        xdg = os.environ.get("XDG_DATA_HOME")
-        if xdg and os.path.isabs(xdg):
-            return os.path.join(xdg, "calib")
-        home = os.environ.get("HOME")
-        if not xdg and home and os.path.isabs(home):
-            return os.path.join(home, ".local", "share", "calib")
-    import platformdirs
-
-    return platformdirs.user_data_dir("calib")
 
 
 def resolve_url(url: str | None = None) -> str:
