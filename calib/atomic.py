@@ -1,13 +1,17 @@
 """Replacing a file whole: a reader sees the old file or the new one, never half of one.
 
 One mechanism for the files calib writes beside a user's own (a winners TSV, an exported cache, an
-evaluation's --out pair); the profile has its own writer (calib.profile), which also locks and
-merges. Standard library only, so any command may use it without loading a database driver.
+evaluation's --out pair). A target that is a pipe (``/dev/stdout``) or FIFO is written as a stream,
+and a link is followed to the file it names. The profile has its own writer (calib.profile), which
+also locks and merges. Standard library only, so any command may use it without loading a database
+driver.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -39,11 +43,46 @@ def temporary_beside(path: Path, data: bytes) -> str:
     return tmp
 
 
+def is_stream(path) -> bool:
+    """Whether ``path`` (followed through links, as ``open`` would) is something other than a file or
+    a folder: ``/dev/stdout`` on a pipe, a FIFO, a terminal. It is written in place as a stream; a
+    rename over it would replace the link or device node with a file."""
+    try:
+        mode = os.stat(Path(path).expanduser()).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def report_stream(path):
+    """Where a command says what it wrote to ``path``: stderr when ``path`` is itself a stream
+    (``calib cache export /dev/stdout | ...`` must carry the export alone), else stdout."""
+    return sys.stderr if is_stream(path) else sys.stdout
+
+
+def target(path) -> Path:
+    """The file a write to ``path`` replaces: through its links (a rename over a link to a file
+    replaced the link with a copy, leaving the file it pointed to as it was)."""
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+def write_stream(path, data: bytes, error: type):
+    try:
+        with open(Path(path).expanduser(), "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise error(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def replace(path, data: bytes, error: type):
     """``data`` under ``path``: a temporary file renamed over it, and the folder fsynced after, so a
-    crash cannot leave a short file under the target's name. ``error`` (a CalibError) says in one
-    line why not, and whether the target is unchanged."""
-    path = Path(path).expanduser()
+    crash cannot leave a short file under the target's name; a stream (:func:`is_stream`) is
+    written in place. ``error`` (a CalibError) says in one line why not, and whether the target is
+    unchanged."""
+    if is_stream(path):
+        write_stream(path, data, error)
+        return
+    path = target(path)
     tmp = None
     try:
         tmp = temporary_beside(path, data)

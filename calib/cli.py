@@ -251,6 +251,7 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_winners(args) -> int:
+    from . import atomic
     from .store import StoreError
     from .store.winners import export_tsv, import_tsv
 
@@ -258,7 +259,7 @@ def _cmd_winners(args) -> int:
         store = _store(args, readonly=args.action == "export")
         if args.action == "export":
             n = export_tsv(store, args.file, session_id=args.session)
-            print(f"wrote {n} winners to {args.file}")
+            print(f"wrote {n} winners to {args.file}", file=atomic.report_stream(args.file))
         else:
             n = import_tsv(store, args.file)
             print(f"imported {n} winners from {args.file}")

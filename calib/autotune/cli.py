@@ -126,12 +126,13 @@ def _show(db, args, device, software):
 
 
 def _export(db, args, device, software):
+    from .. import atomic
     from .jsonl import export
 
     if not args.target:
         raise CalibError("calib cache export needs a file to write")
     n = export(db, args.target, family=args.family, device_key=_dev_filter(args, device))
-    print(f"wrote {n} entries to {args.target}")
+    print(f"wrote {n} entries to {args.target}", file=atomic.report_stream(args.target))
     return 0
 
 

@@ -131,22 +131,15 @@ def read_lines(lines, *, source: str = "<lines>", device_key: str | None = None,
 
 def export(db, path, *, family: str | None = None, device_key: str | None = None) -> int:
     """Write the database's entries (with every candidate's samples) to ``path``; returns how many."""
-    import os
-
     entries, _bad = db.read_all(family, device_key)
     lines = [header_line(database=db.url)] + [entry_line(e, db.samples(e.id)) for e in entries]
     # every line made before the file is touched, and a regular file replaced whole: an export that failed
     # half-way (a database of a newer calib, a full disk) had already emptied the file it was to replace
     text = "\n".join(lines) + "\n"
-    target = os.path.realpath(path)
-    if os.path.exists(target) and not os.path.isfile(target):  # /dev/stdout, a FIFO: written as a stream
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        return len(entries)
     from .. import atomic
     from ..store import StoreError
 
-    atomic.replace(target, text.encode("utf-8"), StoreError)
+    atomic.replace(path, text.encode("utf-8"), StoreError)  # /dev/stdout, a FIFO: written as a stream
     return len(entries)
 
 

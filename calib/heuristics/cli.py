@@ -99,12 +99,17 @@ def _write_both(texts: dict):
     from .. import atomic
 
     done, target = {}, None
+    streams = {t: text for t, text in texts.items() if atomic.is_stream(t)}  # a FIFO: written in place, last
     try:
         for target, text in texts.items():
-            done[target] = atomic.temporary_beside(Path(target), text.encode("utf-8"))
+            if target not in streams:
+                done[target] = atomic.temporary_beside(atomic.target(target), text.encode("utf-8"))
         for target, tmp in done.items():
-            os.replace(tmp, target)
+            os.replace(tmp, atomic.target(target))
             done[target] = None
+        for target, text in streams.items():
+            with open(target, "w", encoding="utf-8") as fh:
+                fh.write(text)
     except OSError as exc:
         for tmp in done.values():
             if tmp is not None and os.path.exists(tmp):
