@@ -61,9 +61,12 @@ def report_stream(path):
 
 
 def target(path) -> Path:
-    """The file a write to ``path`` replaces: through its links (a rename over a link to a file
-    replaced the link with a copy, leaving the file it pointed to as it was)."""
-    return Path(os.path.realpath(Path(path).expanduser()))
+    """The file a write to ``path`` replaces: through its links to an existing file (a rename over
+    such a link replaced the link with a copy, leaving the file it pointed to as it was). A
+    dangling link is replaced, not followed: it could name any place, and nothing is there to keep."""
+    path = Path(path).expanduser()
+    real = Path(os.path.realpath(path))
+    return real if real.is_file() else path
 
 
 def write_stream(path, data: bytes, error: type):
