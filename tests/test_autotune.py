@@ -103,6 +103,7 @@ def test_repeated_hits_in_process_are_memo_lookups(url):
     for _ in range(5):
         sel = t.select("toy", p, CANDIDATES)
     assert t.counters.benchmarks == before and t.counters.hits == 5 and sel.source == "tuned"
+    assert sel.benchmarks == 0  # this call timed nothing (the first call's count was repeated)
     again = t.select("toy", {"m": p.m, "n": p.n, "dtype": "f4"}, CANDIDATES)  # a dict: by key, still no timing
     assert again.candidate == sel.candidate and t.counters.benchmarks == before
 

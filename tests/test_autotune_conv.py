@@ -139,3 +139,35 @@ def test_every_algorithm_on_the_gpu_matches_the_reference(tmp_path):
     x, w = C.random_inputs(d)
     assert C.check_output(d, C.conv2d(x, w, padding=1, autotuner=t), C.reference(d, x, w))
     assert cp is not None
+
+
+def test_select_algorithm_serves_a_repeated_problem_from_memory(numpy_as_cupy, monkeypatch, tmp_path):
+    """The GPU path of select_algorithm with NumPy for CuPy and a fake timer: the second call for the
+    same problem is a memo hit (it had read the memo's raw tuple and failed on ``.offered``)."""
+    import types
+
+    from calib.timing import Measurement
+
+    timed = []
+    cupy_like = types.SimpleNamespace(**{n: getattr(np, n) for n in dir(np) if not n.startswith("_")})
+    cupy_like.random = types.SimpleNamespace(RandomState=_NumpyRandomState)
+    cupy_like.get_default_memory_pool = lambda: types.SimpleNamespace(free_all_blocks=lambda: None)
+    monkeypatch.setattr(C, "_cp", lambda: cupy_like)
+    monkeypatch.setattr(C, "cuda_timer", lambda fn, **kw: timed.append(fn) or Measurement([10.0 + len(timed)] * 5))
+    monkeypatch.setattr(C.timer, "release", lambda: None)
+    tuner = Autotuner({"name": "toy GPU", "compute_capability": "9.0", "sm_count": 132},
+                      url=sqlite_url(tmp_path / "a.sqlite"), shipped_dir=tmp_path)
+    d = SHAPES[0]
+    first = C.select_algorithm(d, tuner)
+    n_timed = len(timed)
+    again = C.select_algorithm(d, tuner)
+    assert n_timed > 0 and len(timed) == n_timed and tuner.counters.hits == 1
+    assert again.choice == first.choice and again.benchmarks == 0 and first.benchmarks > 0
+
+
+class _NumpyRandomState:
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def random_sample(self, shape, dtype=np.float32):
+        return self.rng.random(shape, dtype=dtype)

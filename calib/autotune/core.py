@@ -85,9 +85,9 @@ class Selection:
     family: str
     descriptor_key: str
     tied: tuple = ()
-    source: str = "tuned"  # tuned (timed by this call) | user (the database) | shipped | memory
+    source: str = "tuned"  # where the choice came from: tuned (timed here) | user (the database) | shipped
     stale: tuple = ()  # soft fields that differed when it was looked up
-    benchmarks: int = 0  # timings this call took
+    benchmarks: int = 0  # timings this call took (0 for a hit, the in-process memo's included)
     offered: object = field(default=None, compare=False, repr=False)  # the candidates object, for the memo
 
 
@@ -342,8 +342,11 @@ class Autotuner:
         return sel
 
     def _remember(self, family, descriptor, sel):
+        """Keep ``sel`` for the hot path. A later hit keeps where the choice came from (``source``) but
+        took no timings: it had repeated the first call's benchmark count."""
+        served = dataclasses.replace(sel, benchmarks=0)
         try:
-            self._memo[(family, descriptor)] = (sel, descriptor, _types(descriptor))
+            self._memo[(family, descriptor)] = (served, descriptor, _types(descriptor))
         except TypeError:  # unhashable descriptor: the entry dict serves it
             pass
 

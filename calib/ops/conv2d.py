@@ -366,7 +366,7 @@ def select_algorithm(d: Conv2dDescriptor, autotuner, *, x=None, w=None, algorith
                      rule=None):
     """The cached algorithm for ``d`` on this GPU; on a miss every supported algorithm's output is
     checked against the float64 reference, then timed on ``x``, ``w`` (random inputs if None)."""
-    memo = autotuner._memo.get((FAMILY, d))
+    memo = autotuner._recall(FAMILY, d)
     if memo is not None and memo.offered is algorithms:
         autotuner.counters.hits += 1
         return memo
