@@ -4,7 +4,8 @@ Four sentinel parameters, one per kind of bottleneck, are measured again with sm
 their calibrations (the registry's ``plan``, the backend's ``measure``, the calibration's own
 ``fit``, as ``calib run`` does), within a time budget:
 
-- ``memory.dram.read_bandwidth_gbps``: the 16-byte read line over 8 sizes from 4× to 64× L2;
+- ``memory.dram.read_bandwidth_gbps``: the 16-byte read line over 6 sizes from 4× to 29× L2 (every
+  other size of the quick grid);
 - ``compute.fp32.fma_tflops``: the FMA sweep of the quick suite;
 - ``compute.bf16.tensor_tflops``: the bf16 cuBLAS sweep of the quick suite (fp16 where the
   profile has no bf16 value);
