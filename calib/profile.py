@@ -866,7 +866,13 @@ def _check_fingerprint(profile: Profile, device, software, *, strict: bool, allo
               ProfileWarning)
     if device is None:
         if profile.device and not profile.simulated:
-            profile.notes.append("this machine's GPU could not be identified; the device was not checked")
+            # A heuristic developer may well read a GPU's profile on a laptop (to see what a compiler
+            # would choose there), but it must not pass for this machine's without a word.
+            name = profile.device.get("name") or "a GPU"
+            message = (f"{where} was measured on {name}; this machine's GPU could not be identified (no NVML, no "
+                       "nvidia-smi), so it was not checked against it: its numbers are used as they are")
+            profile.notes.append(message)
+            _warn(message, ProfileWarning)
         return
     hard = fp.hard_differences(profile.device, device)
     if hard:
