@@ -213,6 +213,21 @@ def test_a_replay_of_no_named_device_is_refused_in_one_line(tmp_path, capsys):
     assert code == 2 and "a recorded row's problem" in err and "64-bit index" in err
 
 
+def test_a_generated_problem_set_holds_no_problem_twice():
+    """Normalization's seed 65 draws softmax of one row of 1296 halves twice (the H100 run of
+    2026-12-07 evaluated it twice); the set keeps the generator's order and draws one more instead."""
+    from calib.heuristics import normalization as N
+
+    drawn = N.generate(100, 65)
+    assert len(set(drawn)) == 99
+    problems = E.distinct_problems(N.generate, 100, 65, {})
+    assert len(problems) == len(set(problems)) == 100
+    assert problems[:99] == list(dict.fromkeys(drawn)) and problems[99] not in drawn
+    assert E.distinct_problems(PW.generate, 100, 0, {}) == PW.generate(100, 0)  # a seed without one is unchanged
+    res = E.evaluate("normalization", count=100, seed=65, backend="sim")
+    assert res["evaluated"] == 100 and len({json.dumps(r["descriptor"], sort_keys=True) for r in res["rows"]}) == 100
+
+
 def test_an_empty_problems_path_is_an_error_not_the_generator(capsys):
     code, out, err = _cli(capsys, "--kind", "pointwise", "--problems", "", "--backend", "sim")
     assert code == 2 and "--problems: the path is empty" in err and out == ""

@@ -167,6 +167,19 @@ def resolve_backend(backend: str) -> str:
     return "sim" if detect_current() is None else "cupy"
 
 
+
+def distinct_problems(generate, count: int, seed: int, gen_kw: dict) -> list:
+    """``count`` different problems of the seeded generator: a problem drawn twice (softmax of one
+    row of 1296 halves, seed 65) weighed twice in every mean, as one listed twice in a problems file
+    would. Each generator draws the same sequence whatever the count, so the first draws of a seed
+    stay its problems and a duplicate is replaced by the next new one at the end."""
+    extra = 0
+    while True:
+        drawn = list(dict.fromkeys(generate(count + extra, seed, **gen_kw)))
+        if len(drawn) >= count or extra >= 10 * count:  # a space too small for ``count``: what there is
+            return drawn[:count]
+        extra += count - len(drawn)
+
 def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100, seed: int = 0,
              db: str | None = None, profile=None, sim_spec=None, max_bytes: float | None = None,
              budget_s: float | None = None, progress=None) -> dict:
@@ -210,7 +223,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
 
             where = f"recorded evaluation {backend[len(replay.PREFIX):]}"
             replay_oracle = cublaslt.use_oracle(cublaslt.oracle_from_asked(recorded["cublaslt"], where))
-    problems = problems if problems is not None else fam.generate(count, seed, **gen_kw)
+    problems = problems if problems is not None else distinct_problems(fam.generate, count, seed, gen_kw)
     if replayed is not None:
         device, software = recorded["device"], recorded["software"]
         if profile is None:  # the recorded device's profile by the lookup order, not this machine's
