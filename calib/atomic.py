@@ -10,6 +10,7 @@ driver.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -43,10 +44,39 @@ def temporary_beside(path: Path, data: bytes) -> str:
     return tmp
 
 
+_FD_LINK = re.compile(r"/(?:proc/(?P<owner>self|thread-self|\d+)/fd|dev/fd)/(?P<fd>\d+)")
+_STD = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def open_descriptor(path) -> int | None:
+    """The number of this process's open file that ``path`` names (``/dev/stdout``, ``/dev/fd/1``,
+    ``/proc/self/fd/1``, or a link to one of them), else None. Such a path is the shell's
+    redirection: written through the descriptor, at its offset, it appends where ``>>`` asked;
+    renamed over (its link followed to a regular file) it had replaced the file the shell was
+    appending to, and reopened with "w" it would have emptied it."""
+    p = os.path.abspath(os.path.expanduser(str(path)))
+    for _ in range(40):  # a link chain longer than the kernel follows is no descriptor
+        if p in _STD:
+            return _STD[p]
+        m = _FD_LINK.fullmatch(p)
+        if m:  # another process's descriptor is not ours to write through
+            return int(m["fd"]) if m["owner"] in (None, "self", "thread-self", str(os.getpid())) else None
+        if not os.path.islink(p):
+            return None
+        try:
+            p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+        except OSError:
+            return None
+    return None
+
+
 def is_stream(path) -> bool:
-    """Whether ``path`` (followed through links, as ``open`` would) is something other than a file or
-    a folder: ``/dev/stdout`` on a pipe, a FIFO, a terminal. It is written in place as a stream; a
-    rename over it would replace the link or device node with a file."""
+    """Whether ``path`` is written in place rather than replaced: one of this process's open files
+    (:func:`open_descriptor`), or something, followed through links as ``open`` would, other than
+    a file or a folder (a pipe, a FIFO, a terminal, /dev/null). A rename over it would replace the
+    link or device node with a file."""
+    if open_descriptor(path) is not None:
+        return True
     try:
         mode = os.stat(Path(path).expanduser()).st_mode
     except (OSError, ValueError):
@@ -70,11 +100,29 @@ def target(path) -> Path:
 
 
 def write_stream(path, data: bytes, error: type):
+    """``data`` written in place to a stream: through the descriptor for one of this process's
+    open files (after what Python has buffered for it), else opened for writing."""
+    fd = open_descriptor(path)
     try:
-        with open(Path(path).expanduser(), "wb") as fh:
-            fh.write(data)
+        if fd is None:
+            with open(Path(path).expanduser(), "wb") as fh:
+                fh.write(data)
+            return
+        for f in (sys.stdout, sys.stderr):
+            if f is not None and _fileno(f) == fd:
+                f.flush()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
     except OSError as exc:
         raise error(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _fileno(f) -> int | None:
+    try:
+        return f.fileno()
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def replace(path, data: bytes, error: type):
@@ -85,6 +133,8 @@ def replace(path, data: bytes, error: type):
     if is_stream(path):
         write_stream(path, data, error)
         return
+    if os.path.isdir(Path(path).expanduser()):  # through a link: the rename would have replaced the link
+        raise error(f"cannot write {path}: it is a folder")
     path = target(path)
     tmp = None
     try:

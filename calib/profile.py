@@ -818,9 +818,11 @@ def load_profile(path=None, *, device="auto", software="auto", strict: bool = Fa
 
 def _load(path, device, software, strict: bool, allow_foreign: bool) -> Profile:
     # Without a device to check against, the software is not compared either: do not detect it.
+    undetected = False  # asked to check against this machine's GPU, and none could be identified
     if device == "auto" or (software == "auto" and device is not None):
         detected = fp.detect_current()
         cur_device, cur_software = detected if detected else (None, None)
+        undetected = device == "auto" and cur_device is None
         device = cur_device if device == "auto" else device
         software = cur_software if software == "auto" else software
 
@@ -841,7 +843,8 @@ def _load(path, device, software, strict: bool, allow_foreign: bool) -> Profile:
             looked.append(f"{candidate} cannot be used")
             continue
         profile.origin = origin
-        _check_fingerprint(profile, device, software, strict=strict, allow_foreign=allow_foreign)
+        _check_fingerprint(profile, device, software, strict=strict, allow_foreign=allow_foreign,
+                           undetected=undetected)
         _check_limits(profile, device)
         return profile
     note = "no calib profile found for this machine: every query returns its default (run `calib run`)"
@@ -858,14 +861,18 @@ def _fail(strict: bool, message: str):
     _warn(message, ProfileWarning)
 
 
-def _check_fingerprint(profile: Profile, device, software, *, strict: bool, allow_foreign: bool):
+def _check_fingerprint(profile: Profile, device, software, *, strict: bool, allow_foreign: bool,
+                       undetected: bool = False):
+    """``device`` None: no check, either asked for (``device=None``, ``--no-device-check``: silent)
+    or because no GPU could be identified (``undetected``: a real GPU's profile is served with a
+    warning that it was not checked)."""
     where = profile._where()
     if profile.simulated:
         profile.notes.append("measured on the SIMULATED device, not a real GPU")
         _warn(f"{where} was measured on the SIMULATED device: its numbers are a demo, not this machine's",
               ProfileWarning)
     if device is None:
-        if profile.device and not profile.simulated:
+        if undetected and profile.device and not profile.simulated:
             # A heuristic developer may well read a GPU's profile on a laptop (to see what a compiler
             # would choose there), but it must not pass for this machine's without a word.
             name = profile.device.get("name") or "a GPU"

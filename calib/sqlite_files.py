@@ -13,18 +13,20 @@ from urllib.parse import quote
 
 
 def in_read_only_folder(path: str) -> bool:
-    return not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
+    """Whether the folder of the database itself (through links: SQLite keeps ``-wal`` and ``-shm``
+    beside the file a link names, not beside the link) may not be written."""
+    return not os.access(os.path.dirname(os.path.realpath(path)), os.W_OK)
 
 
 def wal_pending(path: str) -> bool:
     """Whether a ``-wal`` beside the database holds writes (an empty one, left after a
     checkpoint, holds none)."""
     try:
-        return os.path.getsize(path + "-wal") > 0
+        return os.path.getsize(os.path.realpath(path) + "-wal") > 0
     except OSError:
         return False
 
 
 def immutable_uri(path: str) -> str:
     """The ``file:`` URI (for ``sqlite3.connect(..., uri=True)``) that reads ``path`` as immutable."""
-    return f"file:{quote(os.path.abspath(path))}?mode=ro&immutable=1"
+    return f"file:{quote(os.path.realpath(path))}?mode=ro&immutable=1"

@@ -114,3 +114,41 @@ def test_cache_export_to_dev_stdout_streams_every_entry(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert len(lines) == 1 + 3 and '"family"' in lines[1]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd/1"), reason="needs /proc")
+def test_dev_stdout_redirected_to_a_file_appends_and_keeps_what_the_file_held(tmp_path):
+    """``calib winners export /dev/stdout >> log``: written through the descriptor, at the end of the
+    log (the link had been followed to the log and a copy renamed over it, losing its lines)."""
+    url = sqlite_url(tmp_path / "db.sqlite")
+    tsv = tmp_path / "in.tsv"
+    tsv.write_text(TSV_MAGIC + "\n" + "\t".join(TSV_HEADER) + "\n" + "\n".join(ROWS) + "\n")
+    assert import_tsv(Store(url), tsv) == 3
+    log = tmp_path / "log.txt"
+    log.write_text("precious\n")
+    with open(log, "ab") as out:
+        args = ["winners", "export", "--db", url, str(_dev_stdout(tmp_path))]
+        done = subprocess.run([sys.executable, "-m", "calib", *args], stdout=out, stderr=subprocess.PIPE, text=True,
+                              timeout=90)
+    assert done.returncode == 0, done.stderr
+    lines = log.read_text().splitlines()
+    assert lines[0] == "precious" and lines[1] == TSV_MAGIC and len(lines) == 1 + 2 + 3
+    assert "wrote 3 winners" in done.stderr
+
+
+def test_a_link_to_a_folder_is_refused_and_stays_a_link(tmp_path):
+    (tmp_path / "adir").mkdir()
+    link = tmp_path / "dirlink"
+    link.symlink_to(tmp_path / "adir")
+    with pytest.raises(Failed, match="cannot write .*dirlink: it is a folder"):
+        atomic.replace(link, b"x", Failed)
+    assert link.is_symlink() and (tmp_path / "adir").is_dir()
+
+
+def test_which_paths_name_this_processs_descriptors(tmp_path):
+    (tmp_path / "out").symlink_to("/dev/stdout")
+    (tmp_path / "chain").symlink_to(tmp_path / "out")
+    assert [atomic.open_descriptor(p) for p in ("/dev/stdout", "/dev/stderr", "/dev/fd/5", "/proc/self/fd/7",
+                                                f"/proc/{os.getpid()}/fd/3", tmp_path / "chain")] == [1, 2, 5, 7, 3, 1]
+    assert atomic.open_descriptor("/proc/1/fd/1") is None or os.getpid() == 1  # another process's
+    assert atomic.open_descriptor(tmp_path / "plain.txt") is None and atomic.open_descriptor("/dev/null") is None

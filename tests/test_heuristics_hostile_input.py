@@ -226,6 +226,26 @@ def test_a_generated_problem_set_holds_no_problem_twice():
     assert E.distinct_problems(PW.generate, 100, 0, {}) == PW.generate(100, 0)  # a seed without one is unchanged
     res = E.evaluate("normalization", count=100, seed=65, backend="sim")
     assert res["evaluated"] == 100 and len({json.dumps(r["descriptor"], sort_keys=True) for r in res["rows"]}) == 100
+    assert res["fewer_problems"] is None
+
+
+def test_bounds_that_leave_fewer_problems_than_asked_say_so():
+    """Split-K within 1 MiB has about 1600 distinct problems: asked for 3000, the set is what there is
+    (found in a few draws of at most six times as many, not by drawing ever more) and the report says
+    it fell short."""
+    from calib.heuristics import splitk as SK
+
+    calls = []
+
+    def counted(n, seed, **kw):
+        calls.append(n)
+        return SK.generate(n, seed, **kw)
+
+    problems = E.distinct_problems(counted, 3000, 0, {"max_bytes": 2**20})
+    assert 1000 < len(problems) == len(set(problems)) < 3000 and len(calls) <= 5 and max(calls) <= 6 * 3000
+    res = E.evaluate("matmul_splitk", count=300, seed=0, backend="sim", max_bytes=40000)
+    assert res["problems"] < 300 and f"{res['problems']} distinct problems, not the 300 asked" in res["fewer_problems"]
+    assert res["fewer_problems"] in E.to_markdown(res)
 
 
 def test_an_empty_problems_path_is_an_error_not_the_generator(capsys):

@@ -311,13 +311,19 @@ def test_query_never_raises_for_odd_names(fixture_path):
         p.query(None, 4.0, strict=True)
 
 
-def test_a_gpus_profile_on_a_machine_whose_gpu_cannot_be_identified_warns_and_serves(fixture_path):
+def test_a_gpus_profile_on_a_machine_whose_gpu_cannot_be_identified_warns_and_serves(fixture_path, monkeypatch):
     """A heuristic developer may read an H200's profile on a laptop; it is served, but not silently
-    as if it had been checked against this machine (it had only been noted)."""
+    as if it had been checked against this machine (it had only been noted). A check skipped on
+    purpose (``device=None``, ``calib query --no-device-check``) says nothing."""
+    monkeypatch.setattr("calib.fingerprint.detect_current", lambda index=0: None)
     with pytest.warns(ProfileWarning, match="measured on NVIDIA H200; this machine's GPU could not be identified"):
-        p = load_profile(fixture_path("good_h200.json"), device=None)
+        p = load_profile(fixture_path("good_h200.json"))
     assert p.query(READ, 1.0) != 1.0 and not p.unusable
     assert any("could not be identified" in n for n in p.notes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        skipped = load_profile(fixture_path("good_h200.json"), device=None)
+    assert skipped.query(READ, 1.0) == p.query(READ, 1.0) and not skipped.notes
 
 
 def test_unusable_set_after_load_hides_every_value_until_cleared(fixture_path):

@@ -363,3 +363,45 @@ def test_a_read_only_mount_with_writes_pending_in_the_wal_is_refused_with_what_t
     _read_only_mount(monkeypatch, tmp_path)
     with pytest.raises(StoreError, match="holds writes not yet in the database.*copy the database with its -wal"):
         Store(url, readonly=True)
+
+
+@pytest.fixture
+def read_only_mount(tmp_path):
+    """A real read-only bind mount of a folder (needs root and mount; skipped elsewhere)."""
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    mnt.mkdir()
+    made = subprocess.run(f"mount --bind {src} {mnt} && mount -o remount,ro,bind {mnt}", shell=True,
+                          capture_output=True, timeout=30)
+    if made.returncode != 0:
+        subprocess.run(["umount", str(mnt)], capture_output=True, timeout=30)
+        pytest.skip("no read-only bind mount here (needs root and mount)")
+    yield src, mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)  # lazy: a connection may hold it
+
+
+def test_links_across_a_read_only_mount_are_judged_by_the_file_they_name(tmp_path, read_only_mount):
+    """A link on the read-only mount to a live database elsewhere is read as usual, so writes still in
+    its -wal are seen (judged by the link's folder, it had been read immutable, without them); a link
+    in a writable folder to a database on the mount is read immutable (it had failed to open)."""
+    import sqlite3
+
+    src, mnt = read_only_mount
+    live = tmp_path / "live" / "db.sqlite"
+    live.parent.mkdir()
+    _filled(live)
+    (src / "db.sqlite").symlink_to(live)
+    writer = sqlite3.connect(live)
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("UPDATE job SET state = 'skipped'")
+    writer.commit()
+    try:
+        assert os.path.getsize(str(live) + "-wal") > 0
+        counts = Store(f"sqlite:///{mnt / 'db.sqlite'}", readonly=True).counts()  # the link, not resolved
+        assert sum(c["skipped"] for c in counts.values()) == 3 and sum(c["new"] for c in counts.values()) == 0
+    finally:
+        writer.close()
+    _filled(src / "archive.sqlite")
+    (tmp_path / "link.sqlite").symlink_to(mnt / "archive.sqlite")
+    counts = Store(f"sqlite:///{tmp_path / 'link.sqlite'}", readonly=True).counts()
+    assert sum(c["new"] for c in counts.values()) == 3

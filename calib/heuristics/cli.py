@@ -108,8 +108,7 @@ def _write_both(texts: dict):
             os.replace(tmp, atomic.target(target))
             done[target] = None
         for target, text in streams.items():
-            with open(target, "w", encoding="utf-8") as fh:
-                fh.write(text)
+            atomic.write_stream(target, text.encode("utf-8"), cli_args.BadArgument)
     except OSError as exc:
         for tmp in done.values():
             if tmp is not None and os.path.exists(tmp):

@@ -172,13 +172,18 @@ def distinct_problems(generate, count: int, seed: int, gen_kw: dict) -> list:
     """``count`` different problems of the seeded generator: a problem drawn twice (softmax of one
     row of 1296 halves, seed 65) weighed twice in every mean, as one listed twice in a problems file
     would. Each generator draws the same sequence whatever the count, so the first draws of a seed
-    stay its problems and a duplicate is replaced by the next new one at the end."""
-    extra = 0
+    stay its problems and a duplicate is replaced by the next new one at the end. Where the bounds
+    leave fewer problems than ``count`` (a small ``max_bytes``), what there is: once a larger draw
+    finds almost nothing new, or the draws reach five times ``count``."""
+    extra, had = 0, 0
     while True:
         drawn = list(dict.fromkeys(generate(count + extra, seed, **gen_kw)))
-        if len(drawn) >= count or extra >= 10 * count:  # a space too small for ``count``: what there is
+        if len(drawn) >= count:
             return drawn[:count]
-        extra += count - len(drawn)
+        if extra and (len(drawn) - had <= count // 100 or extra >= 4 * count):
+            return drawn
+        had, extra = len(drawn), max(2 * extra, count - len(drawn))
+
 
 def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100, seed: int = 0,
              db: str | None = None, profile=None, sim_spec=None, max_bytes: float | None = None,
@@ -223,7 +228,12 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
 
             where = f"recorded evaluation {backend[len(replay.PREFIX):]}"
             replay_oracle = cublaslt.use_oracle(cublaslt.oracle_from_asked(recorded["cublaslt"], where))
-    problems = problems if problems is not None else distinct_problems(fam.generate, count, seed, gen_kw)
+    short = None
+    if problems is None:
+        problems = distinct_problems(fam.generate, count, seed, gen_kw)
+        if len(problems) < count:
+            short = (f"the generator gives {len(problems)} distinct problems, not the {count} asked, within "
+                     f"{'max_bytes %.0f' % max_bytes if max_bytes is not None else 'its default bounds'}")
     if replayed is not None:
         device, software = recorded["device"], recorded["software"]
         if profile is None:  # the recorded device's profile by the lookup order, not this machine's
@@ -280,6 +290,7 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
             "profile": _profile_source(profile), "parameters_read": sorted(rec.names),
             "created": _now(), "seed": seed, "problems": len(problems) + len(recorded_failures), "evaluated": len(ok),
             "failed": len(rows) - len(ok), "stopped_early": stopped_early, "not_recorded": not_recorded,
+            "fewer_problems": short,
             "tuning_database": (tuner.db.url if tuner.db is not None else "memory (pass --db to record)"),
             "autotune_counters": tuner.counters.as_dict(), "wall_s": _time.perf_counter() - started,
             "corrections_declined": sorted(declined), "summary": summary, "prediction": pred, "rows": rows,
@@ -433,6 +444,7 @@ def to_markdown(res: dict) -> str:
              f"{', REPLAYED from recorded times' if res.get('replayed') else ''}), {res['created']}", "",
              f"{res['evaluated']} of {res['problems']} problems evaluated in {res['wall_s']:.1f} s"
              f"{'; ' + res['stopped_early'] if res['stopped_early'] else ''}"
+             f"{'; ' + res['fewer_problems'] if res.get('fewer_problems') else ''}"
              f"{'; %d given problems not in the recording' % res['not_recorded'] if res.get('not_recorded') else ''}"
              f"; profile: {res['profile']}; "
              f"tuning database: {res['tuning_database']}.", "",
