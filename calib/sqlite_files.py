@@ -9,7 +9,7 @@ not see them. Both the tuning database's readers and the autotune cache's fast p
 from __future__ import annotations
 
 import os
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 
 def in_read_only_folder(path: str) -> bool:
@@ -30,3 +30,20 @@ def wal_pending(path: str) -> bool:
 def immutable_uri(path: str) -> str:
     """The ``file:`` URI (for ``sqlite3.connect(..., uri=True)``) that reads ``path`` as immutable."""
     return f"file:{quote(os.path.realpath(path))}?mode=ro&immutable=1"
+
+
+def url_of(path) -> str:
+    """The SQLAlchemy URL of the SQLite file at ``path``: ``%``, ``?`` and ``#`` percent-encoded, as
+    SQLAlchemy decodes them (a home folder named ``q?home`` had put the database at ``q``)."""
+    text = str(path)
+    return "sqlite:///" + text.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+
+
+def path_of(url: str) -> str | None:
+    """The file a ``sqlite:///`` URL names, read as SQLAlchemy reads it (the query cut off, the
+    percent-encoding decoded); None for another database, memory or a ``file:`` URI."""
+    for prefix in ("sqlite:///", "sqlite+pysqlite:///"):
+        if url.startswith(prefix):
+            path = unquote(url[len(prefix):].split("?", 1)[0])
+            return None if not path or path == ":memory:" or path.startswith("file:") else path
+    return None

@@ -405,3 +405,20 @@ def test_links_across_a_read_only_mount_are_judged_by_the_file_they_name(tmp_pat
     (tmp_path / "link.sqlite").symlink_to(mnt / "archive.sqlite")
     counts = Store(f"sqlite:///{tmp_path / 'link.sqlite'}", readonly=True).counts()
     assert sum(c["new"] for c in counts.values()) == 3
+
+
+def test_a_folder_named_with_url_characters_holds_its_database(tmp_path, monkeypatch):
+    """``?``, ``#`` and ``%`` in a path are percent-encoded in its URL (HOME=/tmp/q?home had put the
+    autotune database at /tmp/q), and read back the same by SQLAlchemy and by the cache's fast path."""
+    from calib.autotune.storage import resolve_url
+    from calib.sqlite_files import path_of
+
+    odd = tmp_path / "q?home #1 100%"
+    odd.mkdir()
+    url = sqlite_url(odd / "db.sqlite")
+    Store(url)
+    assert (odd / "db.sqlite").is_file() and sorted(os.listdir(tmp_path)) == [odd.name]
+    assert path_of(url) == str(odd / "db.sqlite") and path_of(url + "?timeout=5") == str(odd / "db.sqlite")
+    monkeypatch.setenv("XDG_DATA_HOME", str(odd))
+    monkeypatch.delenv("CALIB_DB_URL", raising=False)
+    assert path_of(resolve_url()) == str(odd / "calib" / "autotune.sqlite")

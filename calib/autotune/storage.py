@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..keys import canonical_json
 from ..profile import user_data_dir
-from ..sqlite_files import immutable_uri, in_read_only_folder, wal_pending
+from ..sqlite_files import immutable_uri, in_read_only_folder, path_of, url_of, wal_pending
 from .decide import TIE_REL, Timing, decide
 from .entries import CorruptEntry, Entry, entry_from_row, provenance, timing_to_row
 
@@ -41,15 +41,8 @@ def resolve_url(url: str | None = None) -> str:
     env = os.environ.get(ENV_DB_URL)
     if env:
         return env
-    return "sqlite:///" + str(Path(user_data_dir()) / DB_FILE)
+    return url_of(Path(user_data_dir()) / DB_FILE)
 
-
-def _sqlite_path(url: str) -> str | None:
-    for prefix in ("sqlite:///", "sqlite+pysqlite:///"):
-        if url.startswith(prefix):
-            path = url[len(prefix):]
-            return None if not path or path == ":memory:" or path.startswith("file:") else path
-    return None
 
 
 READ_SQL = """
@@ -158,7 +151,7 @@ class AutotuneDB:
     # -- reading ------------------------------------------------------------------------------
     def _rows(self, where: str, params: dict):
         sql = READ_SQL.format(where=where)
-        path = _sqlite_path(self.url) if self._store is None else None
+        path = path_of(self.url) if self._store is None else None
         if path is not None:
             if not os.path.exists(path):
                 return []  # nothing stored yet; created on the first write

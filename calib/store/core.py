@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from ..errors import CalibError
 from ..keys import canonical_json, descriptor_hash
-from ..sqlite_files import immutable_uri, in_read_only_folder, wal_pending
+from ..sqlite_files import immutable_uri, in_read_only_folder, url_of, wal_pending
 from .tables import JOB_STATES, TERMINAL_STATES, ConfigRow, JobRow, ResultRow, SessionRow, utcnow
 
 ENV_DB_URL = "CALIB_DB_URL"
@@ -39,7 +39,7 @@ class StoreError(CalibError, RuntimeError):
 
 
 def sqlite_url(path: str | os.PathLike) -> str:
-    return f"sqlite:///{Path(path).resolve()}"
+    return url_of(Path(path).resolve())
 
 
 def default_url(fallback_path: str | os.PathLike) -> str:
