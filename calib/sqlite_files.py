@@ -1,9 +1,14 @@
-"""SQLite files in folders nobody may write: a read-only mount, a shared archive.
+"""SQLite files as calib names and opens them: their URLs, and folders nobody may write.
 
-In WAL mode a reader must create ``-shm`` beside the database, so a plain open fails there with
-"unable to open database file" though the data is intact. Such a file can still be read as
-immutable, unless its ``-wal`` holds writes not yet in the database: an immutable read would
-not see them. Both the tuning database's readers and the autotune cache's fast path ask here.
+A path is written into a ``sqlite:///`` URL with ``%``, ``?`` and ``#`` percent-encoded, and read
+back as SQLAlchemy reads it, so that the cache's fast path (sqlite3, no SQLAlchemy) opens the same
+file as the Store.
+
+In a folder nobody may write (a read-only mount, a shared archive) a WAL database cannot be
+opened as usual: a reader must create ``-shm`` beside it, so the open fails with "unable to open
+database file" though the data is intact. Such a file can still be read as immutable, unless its
+``-wal`` holds writes not yet in the database: an immutable read would not see them. Both the
+tuning database's readers and the autotune cache's fast path ask here.
 """
 
 from __future__ import annotations

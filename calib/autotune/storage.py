@@ -44,7 +44,6 @@ def resolve_url(url: str | None = None) -> str:
     return url_of(Path(user_data_dir()) / DB_FILE)
 
 
-
 READ_SQL = """
 SELECT e.id, e.family, e.descriptor_key, e.device_key, e.descriptor, e.device, e.software, e.protocol, e.winner,
        e.winner_time_us, e.tied, e.offered, e.source, e.provenance,
