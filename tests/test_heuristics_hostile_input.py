@@ -229,6 +229,14 @@ def test_a_generated_problem_set_holds_no_problem_twice():
     assert res["fewer_problems"] is None
 
 
+def test_pointwise_problems_stay_within_a_bound_below_a_thousand_elements():
+    """``max_bytes`` under 1000 elements' worth: the sizes were drawn from 1000 down to the bound,
+    every one of them past it."""
+    for max_bytes in (12, 4000, 11999):
+        drawn = PW.generate(50, 0, max_bytes=max_bytes)
+        assert all(d.n * d.itemsize_bytes * (d.inputs + 1) <= max(max_bytes, 24) for d in drawn), max_bytes
+
+
 def test_bounds_that_leave_fewer_problems_than_asked_say_so():
     """Split-K within 1 MiB has about 1600 distinct problems: asked for 3000, the set is what there is
     (found in a few draws of at most six times as many, not by drawing ever more) and the report says

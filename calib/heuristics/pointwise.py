@@ -402,8 +402,8 @@ def generate(count: int, seed: int = 0, *, max_bytes: float = 3 * 2**30) -> list
     for _ in range(count):
         op, dtype = rng.choice(OPS), rng.choice(DTYPES)
         d0 = PointwiseDescriptor(op, 1, dtype)
-        hi = max_bytes / ((d0.inputs + 1) * d0.itemsize_bytes)
-        n = int(math.exp(rng.uniform(math.log(1e3), math.log(hi))))
+        hi = max(1.0, max_bytes / ((d0.inputs + 1) * d0.itemsize_bytes))
+        n = int(math.exp(rng.uniform(math.log(min(1e3, hi)), math.log(hi))))  # a bound below 1e3: within it
         if rng.random() < 0.7:
             n -= n % 8  # most real sizes are multiples of 8; the rest exercise the remainder code
         out.append(PointwiseDescriptor(op, max(n, 1), dtype))
