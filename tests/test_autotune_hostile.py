@@ -146,6 +146,10 @@ def test_an_export_that_fails_half_way_leaves_the_old_file_whole(url, tmp_path, 
     (lambda o: o["timings"][0].update(reason={"a": [1]}), "reason is dict"),
     (lambda o: o["timings"][0].update(samples_us=["x"]), "a sample is 'x'"),
     (lambda o: o.update(version=-5), "not an integer from 1"),
+    (lambda o: o.update(family="toy\ud800"), "lone surrogate"),
+    (lambda o: o["timings"][0].update(candidate="alpha\udcff"), "lone surrogate"),
+    (lambda o: o.update(offered=[["alpha"], None]), "offered is not a list of candidate names"),
+    (lambda o: o.update(tied=[{"x": 1}]), "tied is not a list of candidate names"),
 ])
 def test_a_hostile_number_in_an_import_file_skips_its_line_and_imports_the_rest(edit, why, url, tmp_path):
     lines = _exported(url, tmp_path).read_text().splitlines()
@@ -257,3 +261,113 @@ def test_an_export_keeps_a_private_files_mode(url, tmp_path):
     os.chmod(out, 0o600)
     jsonl.export(AutotuneDB(url), out)
     assert os.stat(out).st_mode & 0o777 == 0o600
+
+
+def test_a_line_with_bytes_that_are_not_utf8_skips_its_line_and_imports_the_rest(url, tmp_path):
+    """Read with errors="replace", a name with a stray byte was imported as another name."""
+    lines = _exported(url, tmp_path).read_bytes().splitlines()
+    lines[1] = lines[1].replace(b'"candidate":"alpha"', b'"candidate":"alph\xe9"')
+    f = tmp_path / "latin1.jsonl"
+    f.write_bytes(b"\n".join(lines) + b"\n")
+    rep = jsonl.import_file(AutotuneDB(sqlite_url(tmp_path / "fresh.sqlite")), f)
+    assert rep.read.corrupt == 1 and rep.new == 2, rep
+    assert rep.read.problems[0][0] == 2 and "not UTF-8 (byte 0xe9" in rep.read.problems[0][1], rep.read.problems
+
+
+def _special(kind, tmp_path):
+    path = tmp_path / f"{kind}.autotune.jsonl"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dead link":
+        path.symlink_to(tmp_path / "nowhere")
+    else:  # a link to a device that never ends
+        path.symlink_to("/dev/zero")
+    return path
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["fifo", "endless device"])
+def test_an_import_of_anything_but_a_regular_file_is_one_line_naming_it(kind, url, tmp_path):
+    """A FIFO with no writer had hung the import, and /dev/zero had been read until memory ran out."""
+    path = _special(kind, tmp_path)
+    out = subprocess.run([sys.executable, "-m", "calib", "cache", "import", str(path), "--db", url, "--backend",
+                          "sim"], capture_output=True, text=True, timeout=30, cwd=ROOT)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert str(path) in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_shipped_folder_holding_what_is_no_file_is_warned_about_and_tuning_goes_on(url, tmp_path):
+    """Every select of the family had raised (a folder, a dead link) or hung (a FIFO) on them."""
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    paths = [_special(kind, shipped) for kind in ("folder", "fifo", "dead link", "endless device")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t, fam, choices = run(url, workload(2), shipped_dir=shipped)
+    assert len(choices) == 2 and t.counters.misses == 2
+    said = " ".join(str(w.message) for w in caught)
+    assert all(str(p) in said for p in paths), said
+
+
+@pytest.mark.parametrize("days", ["1e300", "3000000"])
+def test_prune_by_an_age_older_than_any_date_prunes_nothing(days, url, capsys):
+    from calib.cli import main
+
+    run(url, workload(2))
+    assert main(["cache", "prune", "--older-than-days", days, "--db", url, "--backend", "sim"]) == 0
+    assert "0 entries pruned" in capsys.readouterr().out
+    assert len(AutotuneDB(url).read_all()[0]) == 2
+
+
+def test_prune_by_age_leaves_an_entry_whose_date_is_not_text(url, tmp_path, capsys):
+    from calib.cli import main
+
+    lines = _exported(url, tmp_path).read_text().splitlines()
+    obj = json.loads(lines[1])
+    obj["provenance"]["when"] = 5
+    f = tmp_path / "odd.jsonl"
+    f.write_text(lines[0] + "\n" + json.dumps(obj) + "\n")
+    other = sqlite_url(tmp_path / "other.sqlite")
+    assert jsonl.import_file(AutotuneDB(other), f).new == 1
+    assert main(["cache", "prune", "--older-than-days", "0", "--db", other, "--backend", "sim"]) == 0
+    assert "0 entries pruned" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("winner", ["direct", "[1, 2]", "5"])
+def test_a_launch_shape_entry_whose_winner_is_no_knob_dict_is_corrupt_and_tuned_again(winner, url):
+    """A DRAM launch-shape entry whose winner is not a JSON object (a hand edit, another family's
+    name) had ended `calib run` in a JSONDecodeError, or handed the tuner a number as its knobs."""
+    from calib.autotune.decide import Timing
+    from calib.autotune.entries import Entry
+    from calib.autotune.tuning_cache import PersistentTuningCache
+    from calib.keys import canonical_json, descriptor_hash
+
+    problem = {"kind": "copy", "size_bytes": 1 << 30}
+    key = descriptor_hash(problem)
+    t = autotune.Autotuner(TOY, {"calib": "0.1.0"}, url=url, persist=True, shipped_dir="/nonexistent")
+    t.db.replace(Entry(family="launch", descriptor_key=key, device_key=t.device_key,
+                       descriptor=canonical_json(problem), device=t.device, software=t.software, protocol={},
+                       winner=winner, winner_time_us=1.0, tied=[winner], offered=[winner],
+                       timings={winner: Timing(winner, "ok", 1.0, 0.9, 1.1, 0.05, 10)}))
+    fresh = autotune.Autotuner(TOY, {"calib": "0.1.0"}, url=url, persist=True, shipped_dir="/nonexistent")
+    with pytest.warns(autotune.AutotuneWarning, match="not a JSON object of knobs"):
+        assert PersistentTuningCache("launch", fresh).get(key) is None
+    assert fresh.counters.corrupt == 1 and fresh.counters.misses == 1
+
+
+@pytest.mark.parametrize("stored", ["not json", "[NaN, 1.0]", '["x", 2]', "[1e999]"])
+def test_an_export_leaves_out_damaged_samples_and_keeps_the_rest(stored, url, tmp_path):
+    """One stored samples cell that is not a list of finite numbers had ended the whole export in a
+    JSONDecodeError or ValueError; written as it was, it made the exported line fail its import."""
+    run(url, workload(2))
+    con = sqlite3.connect(tmp_path / "autotune.sqlite")
+    con.execute("UPDATE autotune_timing SET samples_us = ? WHERE id = 1", (stored,))
+    con.commit()
+    con.close()
+    out = tmp_path / "e.jsonl"
+    assert jsonl.export(AutotuneDB(url), out) == 2
+    rep = jsonl.import_file(AutotuneDB(sqlite_url(tmp_path / "fresh.sqlite")), out)
+    assert rep.new == 2 and rep.read.problems == []

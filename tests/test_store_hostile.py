@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import create_engine, event, text
 from test_tuning_db import _configs, _m, _session, db_url  # noqa: F401 - db_url is a fixture
 
+from calib.backends.sim import SimBackend
 from calib.errors import CalibError
 from calib.store import Store, StoreError, sqlite_url
 from calib.timing import Measurement
@@ -51,6 +52,8 @@ HOSTILE_LINES = [
     ("device name too long", f"sm_90\t132\t{'X' * 300}\t{CONFIG}\t{{}}\t1.0", "at most 128"),
     ("calibration name too long", 'sm_90\t132\tNVIDIA H200\t{"calibration":"' + "c" * 80 + '"}\t{}\t1.0',
      "longer than 64"),
+    ("calibration name a lone surrogate", 'sm_90\t132\tNVIDIA H200\t{"calibration":"mem\\ud800"}\t{}\t1.0',
+     "calibration name .* cannot be stored as UTF-8"),
 ]
 
 
@@ -422,3 +425,46 @@ def test_a_folder_named_with_url_characters_holds_its_database(tmp_path, monkeyp
     monkeypatch.setenv("XDG_DATA_HOME", str(odd))
     monkeypatch.delenv("CALIB_DB_URL", raising=False)
     assert path_of(resolve_url()) == str(odd / "calib" / "autotune.sqlite")
+
+
+def _corrupt_past_the_header(path):
+    """The root pages of the job and result tables and their indexes overwritten: the header and the schema still read,
+    so the database opens, and the first query of those tables (a job count, a winner) meets garbage."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    page = con.execute("PRAGMA page_size").fetchone()[0]
+    sql = "SELECT rootpage FROM sqlite_master WHERE tbl_name IN ('job', 'result') AND rootpage > 1"
+    roots = [r for (r,) in con.execute(sql)]
+    con.close()
+    data = bytearray(path.read_bytes())
+    for root in roots:
+        data[(root - 1) * page:root * page] = b"\xab" * page
+    path.write_bytes(bytes(data))
+
+
+def test_a_database_corrupt_past_its_header_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "results.sqlite"
+    swept = _calib("sweep", "--db", sqlite_url(path), "--backend", "sim", "--label", "a", "--no-progress")
+    assert swept.returncode == 0, swept.stderr
+    _corrupt_past_the_header(path)
+    before = path.read_bytes()
+    for args in (["status"], ["winners", "export", str(tmp_path / "w.tsv")],
+                 ["worker", "--backend", "sim", "--exit-when-empty"]):
+        out = _calib(*args, "--db", sqlite_url(path))
+        assert out.returncode == 2 and "Traceback" not in out.stderr, (args, out.stderr)
+        assert f"{path} is corrupt" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert path.read_bytes() == before
+
+
+def test_a_session_label_that_is_no_text_is_refused_with_its_name(tmp_path):
+    """A shell hands Python an argument with bytes that are not UTF-8 as lone surrogates, which no
+    database stores: the insert had ended in a UnicodeEncodeError traceback."""
+    url = sqlite_url(tmp_path / "db.sqlite")
+    out = _calib("sweep", "--db", url, "--backend", "sim", "--label", "run-\udcff", "--no-progress")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert "label" in out.stderr and "UTF-8" in out.stderr
+    store = Store(url)
+    device, software = SimBackend().fingerprint()
+    with pytest.raises(StoreError, match="ticket"):
+        store.open_session("fine", device, software, ticket="T-\ud800")

@@ -185,9 +185,7 @@ def _prune(db, args, device, software):
     doomed = []
     if args.corrupt:
         doomed += [(r.get("id"), f"corrupt: {why}") for r, why in bad]
-    cutoff = None
-    if args.older_than_days is not None:
-        cutoff = _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(days=args.older_than_days)
+    cutoff = None if args.older_than_days is None else _cutoff(args.older_than_days)
     for e in entries:
         if mine is not None and e.device_key != mine:
             continue
@@ -199,7 +197,7 @@ def _prune(db, args, device, software):
             try:
                 if _dt.datetime.strptime(when, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc) < cutoff:
                     why = f"last tuned {when}"
-            except ValueError:
+            except (ValueError, TypeError):  # a date that is not one (an imported 5): its age is unknown, kept
                 pass
         if why:
             doomed.append((e.id, why))
@@ -208,6 +206,15 @@ def _prune(db, args, device, software):
     n = 0 if args.dry_run else db.delete([eid for eid, _ in doomed if eid is not None])
     print(f"{len(doomed) if args.dry_run else n} entries {'would be ' if args.dry_run else ''}pruned")
     return 0
+
+
+def _cutoff(days: float) -> _dt.datetime:
+    """The moment ``days`` before now; the earliest date there is when that is before year 1
+    (``--older-than-days 1e300`` had ended in an OverflowError: nothing is that old)."""
+    try:
+        return _dt.datetime.now(_dt.timezone.utc) - _dt.timedelta(days=days)
+    except OverflowError:
+        return _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
 
 
 ACTIONS = {"list": _list, "show": _show, "export": _export, "import": _import, "verify": _verify, "prune": _prune}

@@ -481,12 +481,16 @@ def load_shipped(family: str, dev_key: str, folder=None) -> tuple[list[Entry], l
     folder = Path(folder)
     if not folder.is_dir():
         return [], []
-    from .jsonl import read_lines
+    from .jsonl import UnreadableFile, file_lines, read_lines
 
     out, bad = [], []
     for path in sorted(folder.glob("*.autotune.jsonl")):
-        report = read_lines(path.read_text(errors="replace").splitlines(), source=str(path), device_key=dev_key,
-                            family=family, origin="shipped")
+        try:  # a folder, a dead link or a FIFO named like a shipped file: warned about, never fatal
+            lines = file_lines(path)
+        except UnreadableFile as exc:
+            bad.append((str(path), str(exc)))
+            continue
+        report = read_lines(lines, source=str(path), device_key=dev_key, family=family, origin="shipped")
         out.extend(report.entries)
         bad.extend((f"{path}:{n}", why) for n, why in report.problems)
     return out, bad

@@ -191,6 +191,9 @@ def entry_from_row(row: dict, timings: list[dict], *, origin: str = "user") -> E
     prov = _as_json(row.get("provenance"), "provenance") or {}
     if not isinstance(tied, list) or not isinstance(offered, list) or not isinstance(prov, dict):
         raise CorruptEntry("tied, offered or provenance has the wrong type")
+    for name, names in (("tied", tied), ("offered", offered)):  # a list in there had ended `calib cache verify`
+        if not all(isinstance(c, str) and c for c in names):
+            raise CorruptEntry(f"{name} is not a list of candidate names ({names!r:.60})")
     by_candidate = {}
     for t in timings:
         timing = timing_from_row(t)

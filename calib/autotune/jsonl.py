@@ -18,13 +18,73 @@ importing the same file twice changes nothing.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 
+from ..errors import CalibError
 from ..keys import descriptor_hash
 from .entries import CorruptEntry, Entry, entry_from_row, provenance, timing_to_row
 
 FORMAT = "calib.autotune"
 VERSION = 1
+MAX_FILE_BYTES = 256 * 2**20  # an entry with its samples is tens of kilobytes; a file near this is not a cache
+
+
+class UnreadableFile(CalibError):
+    """A cache file that cannot be read at all (not a regular file, too large, not there)."""
+
+
+def _file_type(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def file_lines(path) -> list[bytes]:
+    """The lines of ``path``, a regular file of at most MAX_FILE_BYTES, undecoded (each line is
+    decoded on its own, so that a stray byte costs its line, not the file).
+
+    Opened with O_NONBLOCK and judged by fstat of what was opened: a FIFO with no writer had hung an
+    import (and every select of a family, named like a shipped file), and ``/dev/zero`` had been
+    read until memory ran out. The read stops one byte past the bound."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise UnreadableFile(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnreadableFile(f"{path} is {_file_type(mode)}, not a file: give the path of a .jsonl file")
+        chunks, size = [], 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, min(1 << 20, MAX_FILE_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_FILE_BYTES:
+        raise UnreadableFile(f"{path} holds more than the {MAX_FILE_BYTES:,} bytes a cache file may have")
+    return b"".join(chunks).split(b"\n")
+
+
+def _unstorable(obj) -> bool:
+    """Whether ``obj`` holds text no database stores: a JSON escape of a lone surrogate ("\\ud800")
+    decodes to one, and the insert of its family or candidate name had ended the import in a
+    UnicodeEncodeError, losing every line after it."""
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 @dataclass
@@ -64,6 +124,14 @@ def read_lines(lines, *, source: str = "<lines>", device_key: str | None = None,
 
     report = ReadReport()
     for number, line in enumerate(lines, 1):
+        if isinstance(line, bytes):
+            try:
+                line = line.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                report.corrupt += 1
+                report.problems.append((number, f"not UTF-8 (byte {line[exc.start]:#04x} at column {exc.start + 1}); "
+                                                "line skipped"))
+                continue
         if not line.strip():
             continue
         try:
@@ -79,6 +147,11 @@ def read_lines(lines, *, source: str = "<lines>", device_key: str | None = None,
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
             report.corrupt += 1
             report.problems.append((number, f"not a {FORMAT} line; skipped"))
+            continue
+        if "\\u" in line and _unstorable(obj):
+            report.corrupt += 1
+            report.problems.append((number, "text with a lone surrogate escape (\\ud800-\\udfff), which no database "
+                                            "stores; line skipped"))
             continue
         version = obj.get("version")
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
@@ -155,8 +228,7 @@ def import_file(db, path, *, device_key: str | None = None) -> ImportReport:
     """Merge a file into the database: new entries and new candidates' timings are added, what is
     already there stays. ``device_key``: import only this device's entries (the others are
     reported); None imports every device's."""
-    with open(path, errors="replace") as f:
-        report = read_lines(f.read().splitlines(), source=str(path), device_key=device_key)
+    report = read_lines(file_lines(path), source=str(path), device_key=device_key)
     out = ImportReport(report)
     who = (report.header or {}).get("exported") or {}
     for e in report.entries:

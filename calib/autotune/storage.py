@@ -21,6 +21,7 @@ the next one times only the candidates still missing.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 from pathlib import Path
@@ -131,6 +132,22 @@ def _json_list(value) -> list:
     return value if isinstance(value, list) else []
 
 
+def _finite_samples(value) -> list | None:
+    """A samples cell as a list of finite floats, or None where it is not one (not JSON, NaN, text)."""
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(value, list):
+        return None
+    try:
+        out = [float(v) for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    except OverflowError:  # an integer of 400 digits
+        return None
+    return out if len(out) == len(value) and all(math.isfinite(v) for v in out) else None
+
+
 class AutotuneDB:
     """The cache's database: fast reads by (family, device), transactional writes."""
 
@@ -185,14 +202,17 @@ class AutotuneDB:
         return parse_rows(self._rows(" AND ".join(clauses), params))
 
     def samples(self, entry_id: int) -> dict:
-        """Every candidate's samples of one entry (for show and export)."""
-        from sqlalchemy import select
+        """Every candidate's samples of one entry (for export), read as stored and checked here: a
+        cell that is not a list of finite numbers is None (left out of the export), so that one
+        damaged cell costs its samples, not the whole export, which it had ended in a traceback."""
+        from sqlalchemy import Text, select, type_coerce
 
         from ..store.tables import AutotuneTimingRow as T
 
         with self.store.engine.connect() as conn:
-            rows = conn.execute(select(T.candidate, T.samples_us).where(T.entry_id == entry_id)).all()
-        return {c: (json.loads(s) if isinstance(s, str) else s) for c, s in rows}
+            rows = conn.execute(select(T.candidate, type_coerce(T.samples_us, Text))
+                                .where(T.entry_id == entry_id)).all()
+        return {c: _finite_samples(s) for c, s in rows}
 
     # -- writing ------------------------------------------------------------------------------
     def _insert(self, conn, table, values: dict, conflict: list, update: list | None = None):

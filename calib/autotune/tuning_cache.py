@@ -30,7 +30,8 @@ class PersistentTuningCache:
         t = self.autotuner
         t._load(self.family)
         entry = t._entry(self.family, key)
-        if entry is None or entry.winner is None:
+        knobs = None if entry is None or entry.winner is None else self._knobs(entry)
+        if knobs is None:
             t.counters.misses += 1
             return None
         stale = stale_fields(entry.software, entry.protocol, t.software, t.protocol)
@@ -42,10 +43,28 @@ class PersistentTuningCache:
             t._warn(("stale", self.family, key), f"autotune: entry {key[:12]} of {self.family} is stale "
                     f"({'; '.join(stale)}); using it (policy 'use')")
         t.counters.hits += 1
-        result = TuningResult(problem=json.loads(entry.descriptor), key=key, winner=json.loads(entry.winner),
+        result = TuningResult(problem=json.loads(entry.descriptor), key=key, winner=knobs,
                               time_us=entry.winner_time_us, candidates=[], timed_now=False)
         self._memory.put(key, result)
         return result
+
+    def _knobs(self, entry: Entry) -> dict | None:
+        """The winner's knobs, or None for an entry whose winner is not a JSON object (a hand edit,
+        another family's name imported here): such an entry is corrupt, reported and tuned again,
+        where it had ended the run in a JSONDecodeError or handed the kernel a number as knobs."""
+        try:
+            knobs = json.loads(entry.winner)
+        except (TypeError, ValueError, RecursionError):
+            knobs = None
+        if isinstance(knobs, dict):
+            return knobs
+        t = self.autotuner
+        t.counters.corrupt += 1
+        t.corrupt.append((self.family, entry.descriptor_key, f"winner {entry.winner!r:.60} is not knobs"))
+        t._warn(("corrupt", self.family, entry.descriptor_key),
+                f"autotune: entry {entry.descriptor_key[:12]} of {self.family} is corrupt (its winner "
+                f"{entry.winner!r:.60} is not a JSON object of knobs); it will be tuned again")
+        return None
 
     def put(self, key: str, result: TuningResult) -> None:
         self._memory.put(key, result)

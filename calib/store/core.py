@@ -98,6 +98,14 @@ def _is_not_a_database(exc: Exception) -> bool:
     return getattr(orig, "sqlite_errorcode", None) == 26 or "file is not a database" in str(orig).lower()
 
 
+def _is_corrupt(exc: Exception) -> bool:
+    """SQLITE_CORRUPT: a file whose header reads but whose pages do not (a copy cut short, a disk
+    fault). It opens, so the fault meets the first query of a table, mid-command."""
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    return (code is not None and code & 0xFF == 11) or "database disk image is malformed" in str(orig).lower()
+
+
 def _translate_errors(store: "Store"):
     """An engine ``handle_error`` hook: the faults no caller can recover from become StoreErrors
     wherever they happen (a disk fills in the middle of a sweep, not when the database is opened).
@@ -111,6 +119,9 @@ def _translate_errors(store: "Store"):
                              "command again to measure the rest") from None
         if _is_not_a_database(exc):
             raise StoreError(f"{store.url} is not an SQLite database ({_describe(exc)}): check the path") from None
+        if _is_corrupt(exc):
+            raise StoreError(f"results database {store.url} is corrupt ({_describe(exc)}): calib leaves it as it is; "
+                             "move it aside (sqlite3's .recover may save its rows) and run the command again") from None
 
     return handle
 
@@ -318,6 +329,10 @@ class Store:
         the same label resumes it. A label already used by another device is an error."""
         from ..fingerprint import hard_differences
 
+        container = container or os.environ.get("CALIB_CONTAINER")
+        for what, value in (("label", label), ("reason", reason), ("ticket", ticket), ("container", container),
+                            ("device name", device.get("name"))):
+            _check_text(what, value)
         with Session(self.engine) as s, s.begin():
             rows = s.scalars(select(SessionRow).where(SessionRow.label == label).order_by(SessionRow.id)).all()
             for row in rows:
@@ -331,7 +346,7 @@ class Store:
                              driver=software.get("driver"), cuda_runtime=software.get("cuda_runtime"),
                              cupy_version=software.get("cupy"), calib_version=software.get("calib"),
                              device=device, software=software, reason=reason, ticket=ticket,
-                             container=container or os.environ.get("CALIB_CONTAINER"),
+                             container=container,
                              machine_name=socket.gethostname())
             s.add(row)
             s.flush()
@@ -577,6 +592,18 @@ class Store:
         with Session(self.engine) as s:
             n = s.scalar(select(func.count()).where(JobRow.id.in_(job_ids), JobRow.state.not_in(TERMINAL_STATES)))
         return n == 0
+
+
+def _check_text(what: str, value) -> None:
+    """Refuse text no database stores: an argument with bytes that are not UTF-8 reaches Python as
+    lone surrogates (``--label $'run-\\xff'``), and the insert failed with a traceback."""
+    if not isinstance(value, str):
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise StoreError(f"the session's {what} {value!r:.80} is not text that can be stored as UTF-8 (character "
+                         f"{exc.start + 1} is {value[exc.start]!r}): use a UTF-8 name") from None
 
 
 def _acquire_file_lock(lock_file: str, url: str):

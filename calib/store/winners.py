@@ -158,8 +158,14 @@ def _parse_line(fields: list[str]) -> tuple:
             raise StoreError(f"the {name}: {exc}") from None
         out.append(obj)
     descriptor, perf_config = out
-    if len(str(descriptor.get("calibration", ""))) > 64:
+    calibration = str(descriptor.get("calibration", ""))
+    if len(calibration) > 64:
         raise StoreError("the config's calibration name is longer than 64 characters")
+    try:  # a JSON escape of a lone surrogate ("\ud800") decodes to text no database stores
+        calibration.encode("utf-8")
+    except UnicodeEncodeError:
+        raise StoreError(f"the config's calibration name {calibration!r:.80} cannot be stored as UTF-8 (a lone "
+                         "surrogate escape)") from None
     return arch, sm_count, device, descriptor, perf_config, t_us
 
 
