@@ -12,6 +12,7 @@ import warnings
 import pytest
 
 from calib import heuristics as H
+from calib.autotune import descriptor_key
 from calib.cli import main
 from calib.heuristics import evaluate as E
 from calib.heuristics import pointwise as PW
@@ -159,6 +160,91 @@ def test_override_files_are_checked_against_the_familys_knobs_and_a_bad_one_chan
         H.set_overrides({"2" * 64: {}}, kind="matmul_splitk")
 
 
+@pytest.mark.parametrize("kind, d, params, why", [
+    ("matmul_splitk", {"m": 8, "n": 8, "k": 4096}, {"split": 3}, "split 3 does not divide K = 4096"),
+    ("pointwise", {"op": "add", "n": 10, "dtype": "float64"}, {"vec": 8, "ept": 1, "block": 256, "grid": "cover"},
+     "vec 8 of float64 is 64 bytes"),
+    ("normalization", {"op": "softmax", "rows": 1, "cols": 8},
+     {"strategy": "multipass", "threads": 2048, "vec": 1, "buffer": 0}, "more than the 1024 threads"),
+])
+def test_an_override_for_a_descriptor_is_checked_as_a_launch_of_that_problem(kind, d, params, why, tmp_path):
+    """It loaded, and choose() then answered a launch no kernel of the family could run."""
+    f = tmp_path / "o.jsonl"
+    f.write_text(json.dumps({"descriptor": d, "params": params}) + "\n")
+    with pytest.raises(H.OverrideFileError, match=f"o.jsonl:1: .*{why}"):
+        H.load_overrides(f)
+    with pytest.raises(H.HeuristicError, match=why):
+        H.set_overrides({H.descriptor(kind, d): params})
+    assert H.override_for(kind, d) is None
+
+
+def test_a_key_written_twice_in_one_object_is_named_not_the_last_one_taken(tmp_path, sim_prof):
+    """json.loads keeps the last of two equal keys: {"n": 1, "n": 2} was the problem n = 2, and
+    {"vec": 4, "vec": 8} an override of vec 8, in silence."""
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"op": "add", "n": 1, "n": 2}\n{"op": "add", "n": 3}\n')
+    probs, bad = E.read_problems("pointwise", f)
+    assert [d.n for d in probs] == [3] and bad == [f'{f}:1: key "n" appears twice in one object']
+    line = tmp_path / "o.jsonl"
+    line.write_text('{"descriptor": {"op": "add", "n": 10}, '
+                    '"params": {"vec": 4, "ept": 1, "block": 256, "grid": "cover", "vec": 8}}\n')
+    with pytest.raises(H.OverrideFileError, match='o.jsonl:1: key "vec" appears twice'):
+        H.load_overrides(line)
+    whole = tmp_path / "o.json"
+    params = '{"vec": 4, "ept": 1, "block": 256, "grid": "cover"}'
+    whole.write_text(f'{{\n "{"0" * 64}": {params},\n "{"0" * 64}": {params}\n}}\n')
+    with pytest.raises(H.OverrideFileError, match=f'o.json: key "{"0" * 20}..." appears twice'):
+        H.load_overrides(whole)
+    assert H.override_for("pointwise", {"op": "add", "n": 10}) is None
+
+
+def test_one_problem_overridden_twice_with_other_parameters_is_refused(tmp_path):
+    line = {"descriptor": {"op": "add", "n": 10}, "params": {"vec": 4, "ept": 1, "block": 256, "grid": "cover"}}
+    f = tmp_path / "o.jsonl"
+    f.write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n")
+    assert H.load_overrides(f) == 1  # the same line twice is one override
+    other = dict(line, descriptor={"op": "add", "n": 10.0, "dtype": "float32"}, params={**line["params"], "vec": 2})
+    f.write_text(json.dumps(line) + "\n" + json.dumps(other) + "\n")
+    with pytest.raises(H.OverrideFileError, match="o.jsonl:2: the same problem as line 1, with other parameters"):
+        H.load_overrides(f, replace=True)
+    assert H.override_for("pointwise", {"op": "add", "n": 10})["vec"] == 4  # the refusal changed nothing
+
+
+@pytest.mark.parametrize("key, why", [(5, '"key" is int; a descriptor key is a string'),
+                                      ("0" * 64, '"key" 0{20}... is not the key of its "descriptor"')])
+def test_an_override_line_with_a_key_that_is_not_its_descriptors_is_refused(key, why, tmp_path):
+    """The key had won over the descriptor in silence (or, not a string, been called missing)."""
+    f = tmp_path / "o.jsonl"
+    f.write_text(json.dumps({"key": key, "descriptor": {"op": "add", "n": 10},
+                             "params": {"vec": 4, "ept": 1, "block": 256, "grid": "cover"}}) + "\n")
+    with pytest.raises(H.OverrideFileError, match=f"o.jsonl:1: {why}"):
+        H.load_overrides(f)
+    d = {"op": "add", "n": 10}  # a row of `evaluate --json` pasted whole: its key and its descriptor agree
+    for k in (descriptor_key(H.descriptor("pointwise", d)), descriptor_key(d)):
+        f.write_text(json.dumps({"key": k, "descriptor": d, "params": {"vec": 4, "ept": 1, "block": 256,
+                                                                        "grid": "cover"}}) + "\n")
+        assert H.load_overrides(f) == 1
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"\x00\xff\xfe", "is not UTF-8 text"),
+    (b'{"op": "add", "n": 5}\n{"op": "add", "n": 6}\n', "is not JSON"),
+    (b'{"op": "add", "n": 5}', "is not a calib heuristics evaluation"),
+    (b'{"format": "calib.heuristics.evaluation", "version": 9}', "has version 9"),
+    (b'{"format": "calib.heuristics.evaluation", "version": 1, "kind": "pointwise", "rows": {}}',
+     "lacks device, summary, prediction, rows"),
+    (None, "is a directory"),
+])
+def test_the_review_names_a_file_that_is_no_evaluation(content, why, tmp_path):
+    """The notebook's review.load had raised UnicodeDecodeError, IsADirectoryError or KeyError 'kind'."""
+    from calib.heuristics import review
+
+    f = tmp_path / "res.json"
+    f.mkdir() if content is None else f.write_bytes(content)
+    with pytest.raises(review.ReviewError, match=f"res.json.*{why}"):
+        review.load(f)
+
+
 def test_a_byte_order_mark_does_not_spoil_the_first_line(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_bytes(b"\xef\xbb\xbf" + b'{"op": "add", "n": 4096}\n')
@@ -167,7 +253,8 @@ def test_a_byte_order_mark_does_not_spoil_the_first_line(tmp_path):
 
 
 @pytest.mark.parametrize("answer, why", [({"block": 256}, "lack vec, ept, grid"), ([1, 2], "not a dict"),
-                                         ({"vec": 1, "ept": 1, "block": 128, "grid": "all"}, "grid is 'all'")])
+                                         ({"vec": 1, "ept": 1, "block": 128, "grid": "all"}, "grid is 'all'"),
+                                         ({"vec": 1, "ept": 3, "block": 128, "grid": "cover"}, "ept 3 is not")])
 def test_a_user_choice_no_kernel_could_take_fails_its_row_not_the_evaluation(answer, why):
     H.register("pointwise", lambda d, p: answer)
     res = E.evaluate("pointwise", [{"op": "add", "n": 4096}, {"op": "mul", "n": 100000}], backend="sim")
@@ -259,6 +346,13 @@ def test_bounds_that_leave_fewer_problems_than_asked_say_so():
 def test_an_empty_problems_path_is_an_error_not_the_generator(capsys):
     code, out, err = _cli(capsys, "--kind", "pointwise", "--problems", "", "--backend", "sim")
     assert code == 2 and "--problems: the path is empty" in err and out == ""
+
+
+@pytest.mark.parametrize("option", ["--out", "--profile"])
+def test_an_empty_out_or_profile_path_is_an_error_not_the_option_left_out(option, capsys):
+    """An empty --out wrote nothing and exited 0; an empty --profile evaluated on the default profile."""
+    code, out, err = _cli(capsys, "--kind", "pointwise", "--count", "1", "--backend", "sim", option, " ")
+    assert code == 2 and f"{option}: the path is empty" in err and out == "" and len(err.splitlines()) == 1
 
 
 def test_out_writes_both_files_or_neither_and_the_result_still_reaches_stdout(tmp_path, capsys, monkeypatch):

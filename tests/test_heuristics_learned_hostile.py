@@ -43,6 +43,8 @@ SK = {"m": 64, "n": 64, "k": 4096, "dtype": "float32"}
     ("pointwise", dict(PW, dtype="float64"), dict(PW_OK, vec=4), "32 bytes"),
     ("pointwise", PW, dict(PW_OK, block=2048), "more than the 1024 threads"),
     ("pointwise", PW, dict(PW_OK, block="x"), "block is 'x'"),
+    ("pointwise", PW, dict(PW_OK, ept=3), "ept 3 is not compiled"),  # was a KeyError from the model
+    ("pointwise", PW, dict(PW_OK, ept=2**62), "ept 4611686018427387904 is not compiled"),
     ("normalization", NORM, dict(NORM_OK, threads=0), "threads is 0"),
     ("normalization", NORM, dict(NORM_OK, strategy="zz"), "strategy is 'zz'"),
     ("normalization", NORM, {k: v for k, v in NORM_OK.items() if k != "threads"}, "lack threads"),

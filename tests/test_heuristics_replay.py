@@ -115,3 +115,16 @@ def test_a_replay_refuses_a_database(recorded, capsys):
     assert main(["heuristics", "evaluate", "--kind", "pointwise", "--backend", f"replay:{path}", "--db",
                  "sqlite:///x.sqlite"]) == 2
     assert "records nothing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["x", [132], 1.5, 0, True, 2**70])
+def test_a_recorded_sm_count_that_is_no_whole_number_is_one_line_and_exit_2(recorded, tmp_path, capsys, value):
+    """"x" or a list ended the replay in a traceback from the tuning cache's device key; 1.5 was 1."""
+    res, _ = recorded
+    bad = json.loads(json.dumps(res))
+    bad["device"]["sm_count"] = value
+    p = tmp_path / "bad-sms.json"
+    p.write_text(json.dumps(bad))
+    assert main(["heuristics", "evaluate", "--kind", "pointwise", "--backend", f"replay:{p}"]) == 2
+    err = capsys.readouterr().err
+    assert "bad-sms.json: its device fingerprint's sm_count is" in err and "Traceback" not in err

@@ -58,6 +58,7 @@ def _backend(text: str) -> str:
 def run_heuristics(args) -> int:
     from .evaluate import evaluate, read_problems, to_markdown
 
+    _check_paths_given(args)
     if args.out:
         _check_out(args.out)  # before the evaluation, not after an hour of it
     if args.db and args.backend.startswith("replay:"):
@@ -70,13 +71,11 @@ def run_heuristics(args) -> int:
         _ = AutotuneDB(args.db).store
     problems = None
     if args.problems is not None:
-        if not args.problems.strip():
-            raise cli_args.BadArgument("--problems: the path is empty; give a JSON-lines file of descriptors")
         problems, bad = read_problems(args.kind, args.problems)
         for line in bad:
             print(f"calib heuristics: skipped {line}", file=sys.stderr)
     profile = None
-    if args.profile:
+    if args.profile is not None:
         from ..profile import read_profile
 
         profile = read_profile(args.profile)  # a profile named and unreadable is an error, not the defaults
@@ -90,6 +89,16 @@ def run_heuristics(args) -> int:
     if args.out:
         _write_both({args.out + ".json": as_json, args.out + ".md": to_markdown(res)})
     return 0
+
+
+def _check_paths_given(args):
+    """A path option given empty (``--out "$UNSET"``) is an error, not the option left out: an empty
+    --out wrote nothing and exited 0, an empty --profile evaluated on the default profile."""
+    for option, what in (("problems", "a JSON-lines file of descriptors"), ("profile", "a profile file"),
+                         ("out", "a prefix for PREFIX.json and PREFIX.md")):
+        value = getattr(args, option)
+        if value is not None and not value.strip():
+            raise cli_args.BadArgument(f"--{option}: the path is empty; give {what}")
 
 
 def _write_both(texts: dict):

@@ -61,7 +61,11 @@ KNOB_VALUES = {"vec": COUNT, "ept": COUNT, "block": COUNT, "grid": ("cover", COU
 
 
 def launch_problem(d, k) -> str | None:
-    """Why launch ``k`` cannot run on ``d`` (families.launch), None if it can."""
+    """Why launch ``k`` cannot run on ``d`` (families.launch), None if it can. The kernel is compiled
+    for the vectors per thread of :data:`EPTS` only (:func:`kernel`), and the model knows their
+    registers only: ept 3 from a user's heuristic ended an evaluation in a KeyError."""
+    if k["ept"] not in EPTS:
+        return f"ept {k['ept']} is not compiled; the kernel takes {', '.join(map(str, EPTS))} vectors per thread"
     return vector_problem(d, k["vec"]) or block_problem(k["block"], "block")
 
 

@@ -256,6 +256,22 @@ def gunzip(data: bytes, path, what: str, error: type) -> bytes:
     return out
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object that names one key twice (json.loads keeps the last in silence)."""
+
+
+def unique_keys(pairs) -> dict:
+    """``object_pairs_hook`` for json.loads: the object, or DuplicateKeyError naming the key written
+    twice (``{"n": 1, "n": 2}`` was the problem n = 2, and ``{"vec": 4, "vec": 8}`` an override of 8)."""
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        seen = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        shown = json.dumps(twice if len(twice) <= 40 else twice[:20] + "...")
+        raise DuplicateKeyError(f"key {shown} appears twice in one object")
+    return out
+
+
 def json_lines(text: str, label, problems: list):
     """(line number, parsed value) for each line of JSON-lines ``text``; blank lines and lines
     starting with ``#`` are skipped, and a line that is not JSON is added to ``problems`` as
@@ -265,7 +281,9 @@ def json_lines(text: str, label, problems: list):
         if not line or line.startswith("#"):
             continue
         try:
-            yield n, json.loads(line)
+            yield n, json.loads(line, object_pairs_hook=unique_keys)
+        except DuplicateKeyError as exc:
+            problems.append(f"{label}:{n}: {exc}")
         except json.JSONDecodeError as exc:
             problems.append(f"{label}:{n}: not JSON ({exc.msg} at column {exc.colno})")
         except RecursionError:  # [[[[... nested deeper than the parser goes
@@ -285,11 +303,20 @@ def _key_of(descriptor, kind: str | None) -> tuple[str, str | None]:
     ``evaluate`` are asked about, and must find its override. Without ``kind``, the kind whose
     descriptor it parses as (the three families' fields differ, so at most one); HeuristicError
     when it is none's."""
+    (key, _), kind = _parsed(descriptor, kind)
+    return key, kind
+
+
+def _parsed(descriptor, kind: str | None) -> tuple[tuple, str]:
+    """((descriptor key, the family's descriptor), kind) of a descriptor, as :func:`_key_of`."""
     from ..autotune.descriptors import DescriptorError, descriptor_key
     from .families import family
 
-    return _as_kind(kind, lambda k: descriptor_key(family(k).descriptor(descriptor)), "it is no kind's descriptor",
-                    (HeuristicError, DescriptorError))
+    def attempt(k):
+        d = family(k).descriptor(descriptor)
+        return descriptor_key(d), d
+
+    return _as_kind(kind, attempt, "it is no kind's descriptor", (HeuristicError, DescriptorError))
 
 
 def _check_key(key: str):
@@ -299,14 +326,17 @@ def _check_key(key: str):
                              "`calib heuristics evaluate --json`)")
 
 
-def _check_params(params, kind: str | None) -> dict:
+def _check_params(params, kind: str | None, descriptor=None) -> dict:
     """The launch parameters of ``kind`` (:func:`calib.heuristics.families.launch`); without a kind,
-    those of at least one kind, since the override applies to whichever kind is asked."""
+    those of at least one kind, since the override applies to whichever kind is asked. With the
+    override's ``descriptor``, a launch of that very problem: a split that does not divide its K, or
+    a vector wider than 16 bytes of its dtype, loaded and was then chosen for a kernel that cannot run."""
     from .families import launch
 
     if not isinstance(params, dict):
         raise HeuristicError(f"parameters must be a mapping, not {type(params).__name__}")
-    return _as_kind(kind, lambda k: dict(launch(k, params)), "they are no kind's launch", (HeuristicError,))[0]
+    return _as_kind(kind, lambda k: dict(launch(k, params, descriptor)), "they are no kind's launch",
+                    (HeuristicError,))[0]
 
 
 def _as_kind(kind: str | None, attempt, none_fits: str, errors: tuple):
@@ -328,8 +358,8 @@ def _entry(key, params, kind: str | None) -> tuple[str, str | None, dict]:
     if isinstance(key, str):
         _check_key(key)
         return key, kind, _check_params(params, kind)
-    key, parsed_as = _key_of(key, kind)
-    return key, kind, _check_params(params, parsed_as)
+    (key, d), parsed_as = _parsed(key, kind)
+    return key, kind, _check_params(params, parsed_as, d)
 
 
 def set_overrides(mapping: dict, *, kind: str | None = None, replace: bool = False):
@@ -377,38 +407,17 @@ def load_overrides(path, *, replace: bool = False) -> int:
         except (ValueError, RecursionError):  # JSONDecodeError is a ValueError, as is a 5000-digit number
             whole = None  # perhaps JSON lines: parsed line by line below
     if isinstance(whole, dict) and not ({"params", "key", "descriptor"} & set(whole)):
+        try:  # again, for a key written twice: said once, not as every line's "not JSON"
+            json.loads(stripped, object_pairs_hook=unique_keys)
+        except DuplicateKeyError as exc:
+            raise OverrideFileError(f"{p}: {exc}") from None
         for key, params in whole.items():
             try:
                 entries.append(_entry(key, params, None))
             except HeuristicError as exc:
                 problems.append(f"{p}: key {key[:20]}: {exc}")
     else:
-        for n, obj in json_lines(text, p, problems):
-            if not isinstance(obj, dict):
-                problems.append(f"{p}:{n}: a line must be a JSON object, not {type(obj).__name__}")
-                continue
-            params, kind = obj.get("params"), obj.get("kind")
-            if not isinstance(params, dict):
-                problems.append(f"{p}:{n}: needs \"params\": an object of launch parameters")
-                continue
-            if kind is not None and kind not in KINDS:
-                problems.append(f"{p}:{n}: kind {kind!r} is none of {', '.join(KINDS)}")
-                continue
-            if isinstance(obj.get("key"), str):
-                key = obj["key"]
-            elif "descriptor" in obj:
-                key = obj["descriptor"]
-                if not isinstance(key, dict):
-                    problems.append(f"{p}:{n}: bad descriptor: a JSON object of its fields, not "
-                                    f"{type(key).__name__}")
-                    continue
-            else:
-                problems.append(f"{p}:{n}: needs \"key\" (a descriptor key) or \"descriptor\"")
-                continue
-            try:
-                entries.append(_entry(key, params, kind))
-            except HeuristicError as exc:
-                problems.append(f"{p}:{n}: {exc}")
+        entries = _override_lines(p, text, problems)
     if problems:
         more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
         raise OverrideFileError("; ".join(problems[:10]) + more)
@@ -420,6 +429,58 @@ def load_overrides(path, *, replace: bool = False) -> int:
         new.setdefault(key, {})[kind or "*"] = params
     _install(new, replace)
     return len(entries)
+
+
+def _override_lines(p: Path, text: str, problems: list) -> list:
+    """The overrides of a JSON-lines file, each bad line added to ``problems``. A problem given twice
+    is one override, and twice with other parameters a problem: the last line had won in silence."""
+    entries, first = [], {}
+    for n, obj in json_lines(text, p, problems):
+        try:
+            entry = _override_line(obj)
+        except HeuristicError as exc:
+            problems.append(f"{p}:{n}: {exc}")
+            continue
+        seen = first.setdefault(entry[:2], (n, entry[2]))
+        if seen[0] == n:
+            entries.append(entry)
+        elif seen[1] != entry[2]:
+            problems.append(f"{p}:{n}: the same problem as line {seen[0]}, with other parameters")
+    return entries
+
+
+def _override_line(obj) -> tuple[str, str | None, dict]:
+    """(descriptor key, kind or None, checked parameters) of one line of an override file."""
+    if not isinstance(obj, dict):
+        raise HeuristicError(f"a line must be a JSON object, not {type(obj).__name__}")
+    params, kind = obj.get("params"), obj.get("kind")
+    if not isinstance(params, dict):
+        raise HeuristicError("needs \"params\": an object of launch parameters")
+    if kind is not None and kind not in KINDS:
+        raise HeuristicError(f"kind {kind!r} is none of {', '.join(KINDS)}")
+    if "key" in obj and not isinstance(obj["key"], str):
+        raise HeuristicError(f"\"key\" is {type(obj['key']).__name__}; a descriptor key is a string of 64 "
+                             "hexadecimal digits")
+    if "descriptor" not in obj:
+        if "key" not in obj:
+            raise HeuristicError("needs \"key\" (a descriptor key) or \"descriptor\"")
+        return _entry(obj["key"], params, kind)
+    if not isinstance(obj["descriptor"], dict):
+        raise HeuristicError(f"bad descriptor: a JSON object of its fields, not {type(obj['descriptor']).__name__}")
+    entry = _entry(obj["descriptor"], params, kind)
+    if "key" in obj and obj["key"] not in (entry[0], _as_written_key(obj["descriptor"])):  # one side edited
+        raise HeuristicError(f"\"key\" {obj['key'][:20]}... is not the key of its \"descriptor\" "
+                             f"({entry[0][:20]}...); give one of them")
+    return entry
+
+
+def _as_written_key(descriptor) -> str | None:
+    from ..autotune.descriptors import descriptor_key
+
+    try:
+        return descriptor_key(descriptor)
+    except Exception:  # noqa: BLE001 - no key as written: only the family's key names it
+        return None
 
 
 def override_for(kind: str, descriptor) -> dict | None:

@@ -55,6 +55,7 @@ def load(path, kind: str) -> dict:
             raise ReplayError(f"{p} has no {name} fingerprint (an object): which GPU's times these are is unknown")
     if not isinstance(rec["device"].get("name"), str) or not rec["device"]["name"].strip():
         raise ReplayError(f"{p}: its device fingerprint has no name: which GPU's times these are is unknown")
+    _check_sm_count(p, rec["device"].get("sm_count"))
     rows = rec.get("rows")
     if not isinstance(rows, list):
         raise ReplayError(f"{p} has no rows")
@@ -72,6 +73,18 @@ def load(path, kind: str) -> dict:
             raise ReplayError(f"{p}: problem {r['descriptor']} has times that are not positive numbers for {bad[:3]}")
     rec["rows"] = usable
     return rec
+
+
+def _check_sm_count(p: Path, sm_count):
+    """The recorded device's SM count: absent, or a whole number of SMs. "x", a list or NaN there ended
+    the replay in a traceback from the tuning cache's device key, and 1.5 was taken as 1."""
+    from .knobs import MAX_COUNT
+
+    if sm_count is None:
+        return
+    if isinstance(sm_count, bool) or not isinstance(sm_count, int) or not 1 <= sm_count <= MAX_COUNT:
+        raise ReplayError(f"{p}: its device fingerprint's sm_count is {json.dumps(sm_count)[:40]}; an SM count "
+                          "is a whole number, 1 or more")
 
 
 class ReplayCase:

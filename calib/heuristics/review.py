@@ -6,11 +6,39 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..errors import CalibError
+from .replay import FORMAT, VERSION
+# What the figures and evaluate.to_markdown read, and the type each must be.
+FIELDS = {"kind": str, "device": dict, "summary": dict, "prediction": dict, "rows": list}
+
+
+class ReviewError(CalibError, ValueError):
+    """A file that is not an evaluation the review can show: named, with what is wrong."""
+
 
 def load(path_or_result) -> dict:
+    """The evaluation (``calib heuristics evaluate --out PREFIX``'s PREFIX.json) at a path, or a
+    result as given. A file that is not one is a ReviewError naming it: a binary file, a folder or a
+    problems file had ended the notebook in a UnicodeDecodeError, IsADirectoryError or KeyError."""
     if isinstance(path_or_result, dict):
         return path_or_result
-    return json.loads(Path(path_or_result).read_text())
+    from .registry import read_text
+
+    p = Path(path_or_result)
+    text = read_text(p, "evaluation", ReviewError)  # a regular file of bounded size, UTF-8
+    try:
+        res = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit number, deep nesting
+        raise ReviewError(f"evaluation {p} is not JSON ({str(exc)[:120] or type(exc).__name__})") from None
+    if not isinstance(res, dict) or res.get("format") != FORMAT:
+        raise ReviewError(f"{p} is not a calib heuristics evaluation (the PREFIX.json of "
+                          "`calib heuristics evaluate --out PREFIX`)")
+    if isinstance(res.get("version"), bool) or not isinstance(res.get("version"), int) or res["version"] > VERSION:
+        raise ReviewError(f"{p} has version {res.get('version')!r}; this calib reads up to {VERSION}")
+    bad = [name for name, kind in FIELDS.items() if not isinstance(res.get(name), kind)]
+    if bad:
+        raise ReviewError(f"evaluation {p} lacks {', '.join(bad)} (or has them of another type)")
+    return res
 
 
 def efficiency_figure(res: dict):
