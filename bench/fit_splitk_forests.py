@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from calib.heuristics import cublaslt as CL  # noqa: E402
 from calib.heuristics import splitk as SK  # noqa: E402
-from calib.heuristics.predictor import q_of, recorded_software  # noqa: E402
+from calib.heuristics.predictor import q_of, recorded_arch, recorded_software  # noqa: E402
 from calib.heuristics.registry import read_text  # noqa: E402
 from calib.profile import load_profile  # noqa: E402
 from h200_recordings import FOCUS, FOLDERS, TRAINING, R  # noqa: E402
@@ -57,6 +57,11 @@ def software_of(recs) -> dict:
     return recorded_software((ROOT / ev, ROOT / prof) for ev, prof in recs)
 
 
+def arch_of(recs) -> str:
+    """The compute capability of the GPU every recording's profile was measured on (predictor.recorded_arch)."""
+    return recorded_arch(ROOT / prof for _ev, prof in recs)
+
+
 def loaded(recs) -> list[tuple]:
     """(rows, q) of each [evaluation, profile] pair."""
     return [(read_evaluation(ev)["rows"], q_of(load_profile(ROOT / prof, device=None, software=None)))
@@ -85,7 +90,7 @@ def loaded_with_answers(recs) -> list[tuple]:
 def document() -> dict:
     recs = recordings()
     return {"format": SK.FP16_SPLIT1_FORMAT, "version": SK.FP16_SPLIT1_VERSION, "device": "NVIDIA H200",
-            "software": software_of(recs),
+            "software": software_of(recs), "compute_capability": arch_of(recs),
             "source": f"fit_fp16_split1_trees ({SK.FOREST_TREES} trees on bootstrap samples, depth {SK.FOREST_DEPTH}, "
                       f"at least {SK.FOREST_MIN_LEAF} problems a leaf) over the recorded fp16 split-1 times, "
                       f"log(recorded / plain model), of the {len(recs)} H200 evaluations below "
@@ -99,6 +104,7 @@ def _fp32_forest_document(fmt, version, fit, features, source, recorded=None) ->
     answers unless ``recorded`` gives them), ``source`` saying what it is between the shared parts."""
     recs = fp32_recordings()
     return {"format": fmt, "version": version, "device": "NVIDIA H200", "software": software_of(recs),
+            "compute_capability": arch_of(recs),
             "source": f"{fit.__name__} ({SK.FOREST_TREES} trees on bootstrap samples, depth {SK.FOREST_DEPTH}, "
                       f"at least {SK.FOREST_MIN_LEAF} {source.format(n=len(recs))}; bench/fit_splitk_forests.py",
             "features": list(features), "recordings": recs, "bootstrap_seed": 0,

@@ -224,3 +224,95 @@ def test_an_evaluation_records_the_corrections_it_ran_without():
     assert "Not applied, the plain model predicted instead: split-K's fp32 split-1 correction" in E.to_markdown(other)
     assert "Not applied" not in E.to_markdown(same)
     assert [r["predicted_us"] for r in other["rows"]] != [r["predicted_us"] for r in same["rows"]]
+
+
+def _h100(**device):
+    """The profile a training evaluation read, as an H100's (compute capability 9.0, as the H200)."""
+    profile = _profile()
+    profile.device = dict(profile.device, name="NVIDIA H100 80GB HBM3", **device)
+    return profile
+
+
+def test_every_shipped_correction_records_its_gpus_compute_capability():
+    for load in (SK.load_fp16_split1, SK.load_fp32_recorded, SK.load_fp32_splits):
+        doc = load()
+        assert doc["compute_capability"] == P.recorded_arch(ROOT / p for _e, p in doc["recordings"]) == "9.0"
+    assert SK.load_split1()["compute_capability"] == "9.0"
+    assert N.load_corrections(N.CORRECTIONS_FILE).compute_capability == "9.0"
+
+
+def test_another_gpu_of_the_architecture_gets_the_corrections_and_another_architecture_does_not():
+    h200 = _split_k_factors(P.q_of(_profile()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", HeuristicWarning)  # applied across GPU models without a warning
+        assert _split_k_factors(P.q_of(_h100())) == h200
+        assert N.load_corrections(N.CORRECTIONS_FILE).applies_to(P.q_of(_h100()))
+    for device in ({"compute_capability": "8.0"}, {"compute_capability": None}, {"simulated": True}):
+        q = P.q_of(_h100(**device))
+        assert _split_k_factors(q) == (0.0, 0.0, 0.0, 0.0), device
+        assert not N.load_corrections(N.CORRECTIONS_FILE).applies_to(q)
+    with pytest.warns(HeuristicWarning, match="cuda_runtime 13.2 -> 12.8"):  # the software still decides
+        assert _split_k_factors(P.q_of(_with_software(_h100(), cuda_runtime="12.8"))) == (0.0, 0.0, 0.0, 0.0)
+
+
+def _with_software(profile, **software):
+    profile.software = dict(profile.software, **software)
+    return profile
+
+
+def test_a_correction_from_before_the_architecture_was_recorded_applies_to_its_named_gpu_alone(tmp_path, monkeypatch):
+    raw = SK._read_split1(SK.FP16_SPLIT1_FILE, "fp16 forest")
+    p = tmp_path / "fp16-v3.json"
+    p.write_text(json.dumps(dict({k: v for k, v in raw.items() if k != "compute_capability"}, version=3)))
+    doc = SK.load_fp16_split1(p)
+    assert doc["version"] == SK.FP16_SPLIT1_VERSION and doc["compute_capability"] is None
+    monkeypatch.setattr(SK, "_fp16_split1", {"doc": doc})
+    assert SK.fp16_split1_log_factor(P.q_of(_profile()), 64, 4096, 4096) != 0.0
+    assert SK.fp16_split1_log_factor(P.q_of(_h100()), 64, 4096, 4096) == 0.0
+    c = json.loads(N.CORRECTIONS_FILE.read_text())
+    p.write_text(json.dumps(dict({k: v for k, v in c.items() if k != "compute_capability"}, version=4)))
+    old = N.load_corrections(p)
+    assert old.compute_capability is None and old.applies_to(P.q_of(_profile()))
+    assert not old.applies_to(P.q_of(_h100()))
+
+
+@pytest.mark.parametrize("cc", [None, "", "sm_90", 9.0, "9", "9.0\n"])
+def test_a_split_k_correction_of_the_current_version_must_name_a_compute_capability(tmp_path, cc):
+    raw = SK._read_split1(SK.FP16_SPLIT1_FILE, "fp16 forest")
+    p = tmp_path / "fp16.json"
+    p.write_text(json.dumps(dict(raw, compute_capability=cc)))
+    with pytest.raises(HeuristicError, match=r"fp16\.json.*compute_capability"):
+        SK.load_fp16_split1(p)
+    tree = json.loads(SK.SPLIT1_FILE.read_text())
+    p.write_text(json.dumps(dict(tree, compute_capability=cc)))
+    with pytest.raises(HeuristicError, match="compute_capability"):
+        SK.load_split1(p)
+
+
+def test_recordings_of_different_architectures_make_no_one_correction(tmp_path):
+    a = json.loads((R / TRAINING["1000"][2]).read_text())
+    paths = []
+    for i, cc in enumerate(("9.0", "8.0")):
+        paths.append(tmp_path / f"p{i}.json")
+        paths[-1].write_text(json.dumps(dict(a, device=dict(a["device"], compute_capability=cc))))
+    assert P.recorded_arch(paths[:1]) == "9.0"
+    with pytest.raises(HeuristicError, match=r"p1\.json: 8\.0"):
+        P.recorded_arch(paths)
+
+
+def test_an_evaluation_records_the_corrections_it_applied_across_gpu_models():
+    from calib.heuristics import evaluate as E
+
+    path = R / "2026-12-04-h200-heuristics-s12c4" / "splitk-seed56" / "heuristics-matmul_splitk.json"
+    shipped = load_profile(ROOT / "profiles" / "nvidia-h200.json", device=None, software=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        same = E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)
+        shipped.device = dict(shipped.device, name="NVIDIA H100 80GB HBM3")
+        other = E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)
+    assert same["corrections_borrowed"] == [] and "another GPU of the same architecture" not in E.to_markdown(same)
+    assert len(other["corrections_borrowed"]) == 4 and other["corrections_declined"] == []
+    assert all(c.endswith("fitted on NVIDIA H200, applied on NVIDIA H100 80GB HBM3 (compute capability 9.0)")
+               for c in other["corrections_borrowed"])
+    assert ("Applied from another GPU of the same architecture: split-K's fp32 split-1 correction"
+            in E.to_markdown(other))

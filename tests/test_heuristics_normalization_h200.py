@@ -87,13 +87,17 @@ def test_where_the_worst_bar_is_missed_the_model_ranks_the_strategies_the_wrong_
 
 def test_the_driver_s_register_counts_decide_which_persistent_blocks_launch_on_an_h200():
     """The six kernels the rule + REGS_SPREAD kept out of 1024-thread blocks compiled to 63-64
-    registers and launch there; fp32 layer norm's v1 x 16 (72) still does not. A profile of another
-    GPU, or none, keeps the rule."""
+    registers and launch there; fp32 layer norm's v1 x 16 (72) still does not. ptxas compiles for the
+    architecture: an H100's profile (compute capability 9.0) gets the same counts, a profile of another
+    architecture, or none, keeps the rule."""
     q = q_of(_profile("W"))
     h100 = _profile("W")  # the same numbers, another GPU's name
     h100.device = {**h100.device, "name": "NVIDIA H100 80GB HBM3"}
-    other = q_of(h100)
-    assert other("device.sm_count") == 132 and other.device_name != N.PTXAS_REGISTERS_DEVICE
+    assert q_of(h100).device_name != N.PTXAS_REGISTERS_DEVICE and q_of(h100).device_arch == N.PTXAS_REGISTERS_ARCH
+    a100 = _profile("W")  # the same numbers, another architecture
+    a100.device = {**a100.device, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"}
+    other = q_of(a100)
+    assert other("device.sm_count") == 132
     kernels = (("softmax", "float32", 1, 16, True), ("softmax", "float32", 4, 32, True),
                ("softmax", "float16", 1, 16, True), ("layernorm", "float16", 4, 32, True),
                ("layernorm", "float32", 1, 16, False), ("layernorm", "float32", 4, 32, False))
@@ -103,6 +107,7 @@ def test_the_driver_s_register_counts_decide_which_persistent_blocks_launch_on_a
         assert N.blocks_per_sm(1024, N.registers(d, k, q)[0] + N.REGS_SPREAD) == 0  # the rule alone: not offered
         assert math.isfinite(N.plain_model_us(d, k, q)) == launches, (op, dtype, vec, buf)
         assert (N.compiled_registers(d, k, q) <= 64) == launches
+        assert N.compiled_registers(d, k, q_of(h100)) == N.compiled_registers(d, k, q)
         assert N.compiled_registers(d, k, other) is None and N.compiled_registers(d, k, q_of(Profile())) is None
         assert not math.isfinite(N.plain_model_us(d, k, other))
     assert all(N.PTXAS_REGISTERS[key] == r["num_regs"] for key, r in _probe().items())
@@ -158,6 +163,7 @@ def test_the_shipped_corrections_are_the_fit_of_every_recording():
     assert shipped["classes"] == doc["classes"]
     assert shipped["persistent_bias"] == doc["persistent_bias"]
     assert shipped["pair_bias"] == doc["pair_bias"] > 0
+    assert shipped["compute_capability"] == doc["compute_capability"] == "9.0"
     assert sorted(r["recording"] for r in shipped["fitted_on"]) == sorted(
         str(Path(r).relative_to(ROOT)) for r, _ in _pairs(RECORDINGS))
     c = N.load_corrections(N.CORRECTIONS_FILE)
@@ -291,7 +297,9 @@ def _bad(tmp_path, edit):
     lambda d: d["classes"][0].update(vectors_per_thread_log2="6"),
     lambda d: d["classes"][0].update(vectors_per_thread_log2=True),
     lambda d: d["classes"][-1].update(vectors_per_thread_log2=6),  # a persistent class has no loop band
-    lambda d: d.update(version=5),
+    lambda d: d.update(version=6),
+    lambda d: d.pop("compute_capability"), lambda d: d.update(compute_capability="sm_90"),
+    lambda d: d.update(compute_capability=9.0),
     lambda d: d.pop("software"), lambda d: d.update(software={"cupy": "14.2.0"}),
     lambda d: d.update(pair_bias=10**400),  # an int no float holds: math.isfinite raised OverflowError
     lambda d: d["classes"][0].update(log_factor=-10**400),
@@ -341,9 +349,10 @@ def test_the_bias_applies_only_to_its_group_and_moves_the_strategy():
         assert N.persistent_bias(N.descriptor(other), q) == 0.0
 
 
-def test_the_h200_corrections_apply_to_h200_profiles_only():
-    """Fitted on H200 recordings, the factors say nothing of another GPU or of the simulated
-    device (whose truth is the plain model): a profile of another device gets the plain model."""
+def test_the_h200_corrections_apply_to_its_architecture_only():
+    """Fitted on H200 recordings, the factors are of the kernels compiled for compute capability 9.0:
+    they apply to an H100's profile too, and say nothing of another architecture or of the simulated
+    device (whose truth is the plain model): a profile of those gets the plain model."""
     from calib.backends.sim import SimBackend
     from calib.heuristics.simdevice import sim_profile
 
@@ -351,7 +360,11 @@ def test_the_h200_corrections_apply_to_h200_profiles_only():
     k = {"strategy": "persistent", "threads": 128, "vec": 1, "buffer": 64}
     h200 = q_of(_profile("I"))
     assert h200.device_name == "NVIDIA H200" and N.model_us(d, k, h200) > 1.3 * N.plain_model_us(d, k, h200)
-    for other in (q_of(sim_profile(SimBackend())), q_of(None)):
+    h100 = q_of(load_profile(ROOT / "profiles" / "nvidia-h100-80gb-hbm3.json", device=None, software=None))
+    assert h100.device_arch == "9.0" and N.model_us(d, k, h100) > 1.3 * N.plain_model_us(d, k, h100)
+    a100 = _profile("I")
+    a100.device = {**a100.device, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"}
+    for other in (q_of(sim_profile(SimBackend())), q_of(None), q_of(a100)):
         assert other.device_name != "NVIDIA H200"
         assert N.model_us(d, k, other) == N.plain_model_us(d, k, other)
         assert N.persistent_bias(d, other) == 0.0

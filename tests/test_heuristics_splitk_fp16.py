@@ -111,7 +111,7 @@ def test_a_damaged_correction_file_is_named_in_the_error(tmp_path):
         SK.load_fp16_split1(p)
 
 
-def test_the_correction_applies_on_its_gpu_only_and_both_ways():
+def test_the_correction_applies_on_its_architecture_only_and_both_ways():
     q = q_of(load_profile(SHIPPED, device=None, software=None))
     rows = json.loads((R / recordings("matmul_splitk", names="Z")["Z"][0]).read_text())["rows"]
     factors = [SK.fp16_split1_log_factor(q, r["descriptor"]["m"], r["descriptor"]["n"], r["descriptor"]["k"])
@@ -124,7 +124,9 @@ def test_the_correction_applies_on_its_gpu_only_and_both_ways():
     plain = SK.gemm_us(q, 16, 128, 4096, 2, 2, "tensor")
     factor = math.exp(SK.fp16_split1_log_factor(q, 16, 128, 4096))
     assert factor != 1.0 and SK.model_us(d, {"split": 1}, q) == pytest.approx(plain * factor)
-    q.device_name = "NVIDIA H100"
+    q.device_name = "NVIDIA H100 80GB HBM3"  # another GPU of compute capability 9.0: the same kernels
+    assert SK.fp16_split1_log_factor(q, 16, 128, 4096) == pytest.approx(mean, rel=1e-12)
+    q.device_name, q.device_arch = "NVIDIA A100-SXM4-80GB", "8.0"
     assert SK.fp16_split1_log_factor(q, 16, 128, 4096) == 0.0
     assert SK.model_us(d, {"split": 1}, q) == plain
 

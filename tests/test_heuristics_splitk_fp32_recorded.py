@@ -111,7 +111,7 @@ def test_a_version_1_split1_forest_is_read_forward_over_the_shape_alone(tmp_path
             SK.load_fp32_recorded(p)
 
 
-def test_the_forests_apply_on_their_gpu_only():
+def test_the_forests_apply_on_their_gpus_architecture_only():
     q = q_of(load_profile(R / TRAINING["1000"][2], device=None, software=None))
     d = SK.SplitKDescriptor(16, 816, 6656, "float32")
     with warnings.catch_warnings(), CL.use_oracle({}):
@@ -120,7 +120,10 @@ def test_the_forests_apply_on_their_gpu_only():
         f1, f8 = SK.fp32_recorded_log_factor(q, 16, 816, 6656), SK.fp32_splits_log_factor(q, 16, 816, 6656, 8)
         assert f1 != 0.0 and SK.model_us(d, {"split": 1}, q) == pytest.approx(base1 * math.exp(f1))
         assert f8 != 0.0 and SK.model_us(d, {"split": 8}, q) == pytest.approx(base8 * math.exp(f8))
-        q.device_name = "NVIDIA H100"
+        q.device_name = "NVIDIA H100 80GB HBM3"  # compute capability 9.0, as the H200
+        assert SK.fp32_recorded_log_factor(q, 16, 816, 6656) == f1
+        assert SK.fp32_splits_log_factor(q, 16, 816, 6656, 8) == f8
+        q.device_arch = "8.0"
         assert SK.fp32_recorded_log_factor(q, 16, 816, 6656) == 0.0 == SK.fp32_splits_log_factor(q, 16, 816, 6656, 8)
         assert SK.model_us(d, {"split": 1}, q) == base1 and SK.model_us(d, {"split": 8}, q) == base8
 

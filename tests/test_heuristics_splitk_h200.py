@@ -141,7 +141,8 @@ def test_split1_correction_file_is_the_fit_of_the_traced_kernels():
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    ({"version": 3}, "version"), ({"version": 0}, "version"), ({"software": {}}, "software"),
+    ({"version": SK.SPLIT1_VERSION + 1}, "version"), ({"version": 0}, "version"), ({"software": {}}, "software"),
+    ({"compute_capability": None}, "compute_capability"), ({"compute_capability": "sm_90"}, "compute_capability"),
     ({"format": "x"}, "format"), ({"device": ""}, "device"),
     ({"features": ["log2_m"]}, "features"), ({"tree": {"log_ratio": float("nan")}}, "log_ratio"),
     ({"tree": {"feature": "log2_q", "threshold": 1, "le": {"log_ratio": 0}, "gt": {"log_ratio": 0}}}, "feature"),
@@ -155,12 +156,15 @@ def test_split1_correction_file_is_checked_field_by_field(tmp_path, edit, messag
         SK.load_split1(p)
 
 
-def test_split1_correction_only_lowers_and_only_on_its_gpu():
+def test_split1_correction_only_lowers_and_only_on_its_gpus_architecture():
     _, profile = _replay("L")
     q = q_of(profile)
     factors = [SK.split1_log_factor(q, m, n, k) for (m, n, k), _ in _fp32_split1("L")]
     assert all(f <= 0 for f in factors) and min(factors) < -0.1
-    q.device_name = "NVIDIA H100"
+    h200 = SK.split1_log_factor(q, 16, 1264, 9216)
+    q.device_name = "NVIDIA H100 80GB HBM3"  # compute capability 9.0, as the H200
+    assert SK.split1_log_factor(q, 16, 1264, 9216) == h200
+    q.device_arch = "8.0"
     assert SK.split1_log_factor(q, 16, 1264, 9216) == 0.0
 
 

@@ -293,7 +293,8 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
             "fewer_problems": short,
             "tuning_database": (tuner.db.url if tuner.db is not None else "memory (pass --db to record)"),
             "autotune_counters": tuner.counters.as_dict(), "wall_s": _time.perf_counter() - started,
-            "corrections_declined": sorted(declined), "summary": summary, "prediction": pred, "rows": rows,
+            "corrections_declined": sorted(declined), "corrections_borrowed": sorted(declined.borrowed),
+            "summary": summary, "prediction": pred, "rows": rows,
             **_lt_answers(kind, backend)}
 
 
@@ -450,6 +451,8 @@ def to_markdown(res: dict) -> str:
              f"tuning database: {res['tuning_database']}.", "",
              *[f"Not applied, the plain model predicted instead: {c}." for c in res.get("corrections_declined", [])],
              *([""] if res.get("corrections_declined") else []),
+             *[f"Applied from another GPU of the same architecture: {c}." for c in res.get("corrections_borrowed", [])],
+             *([""] if res.get("corrections_borrowed") else []),
              "Efficiency = exhaustive best / time of the choice (1 = the best).", "",
              "| choice | geomean | worst | p10 | median | within 3% | choice failed |", "|---|---|---|---|---|---|---|"]
     for name, label in (("heuristic", "profile-driven heuristic"), ("baseline", "static baseline"),

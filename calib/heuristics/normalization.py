@@ -266,7 +266,7 @@ REGS_SPREAD = 4.0  # registers a kernel's count may differ from the rule by (hal
 # kernels go through) may get other counts, and a 1024-thread block the table offers might not launch;
 # there the rule decides (:func:`compiled_registers` asks NVRTC only where CuPy is already imported:
 # a replay of recordings made with this compiler, on a machine without one, keeps the table).
-PTXAS_REGISTERS_DEVICE = "NVIDIA H200"
+PTXAS_REGISTERS_DEVICE, PTXAS_REGISTERS_ARCH = "NVIDIA H200", "9.0"  # ptxas targets the architecture
 PTXAS_REGISTERS_NVRTC = (13, 0)
 PTXAS_REGISTERS = {
     ("float16", 1, 1, 0): 23, ("float16", 1, 1, 1): 21, ("float16", 2, 1, 0): 28, ("float16", 2, 1, 1): 26,
@@ -518,7 +518,8 @@ def compiled_registers(d: NormDescriptor, k, q) -> int | None:
     on a profile of the GPU it was read on and with the compiler it was read with; None elsewhere
     (another GPU, the simulated device, whose truth is the rule's count + 2, another NVRTC in this
     process) and for a kernel not listed."""
-    if k["strategy"] != "persistent" or not P.measured_on(q, PTXAS_REGISTERS_DEVICE):
+    if k["strategy"] != "persistent" or not P.measured_on(
+            q, PTXAS_REGISTERS_DEVICE, None, "normalization's compiled register counts", PTXAS_REGISTERS_ARCH):
         return None
     if not _same_compiler():
         return None
@@ -641,11 +642,14 @@ def _same_compiler() -> bool:
 # the file the plain model decides.
 CORRECTIONS_FILE = Path(__file__).with_name("normalization_corrections.json")
 CORRECTIONS_FORMAT = "calib.heuristics.normalization.corrections"
-CORRECTIONS_VERSION = 4  # 2: pair_bias; 3: multi-pass classes by loop band (vectors_per_thread_log2);
+CORRECTIONS_VERSION = 5  # 2: pair_bias; 3: multi-pass classes by loop band (vectors_per_thread_log2);
 # 4: "software", the CUDA runtime and CuPy the recordings ran under (predictor.KERNEL_SOFTWARE: NVRTC
 # compiled the kernels whose times were learned); a profile under others gets the plain model. A file
 # of version 2 or 3 is read forward as applying under any software, as it was.
+# 5: "compute_capability", the recordings' GPU's: the corrections apply to every GPU of that
+# architecture (predictor.measured_on says why); a file of version 2-4 to its named GPU alone.
 SOFTWARE_SINCE = 4
+ARCH_SINCE = 5
 MIN_CLASS_CANDIDATES = 8  # a class with fewer recorded candidates keeps the plain model
 FEW_ROWS_PER_SM = (2, 4)
 FEW_ROWS_MIN_COLS = 4096
@@ -708,12 +712,13 @@ class Corrections:
     device: str = ""  # the GPU model the recordings were measured on: applied to its profiles only
     pair_bias: float = 0.0  # log, the two-blocks-per-SM L2-served group's (:func:`in_pair_group`)
     software: dict | None = None  # what the recordings ran under (None: a file from before it was recorded)
+    compute_capability: str | None = None  # the recordings' GPU's (None: applied to ``device`` alone)
 
     def applies_to(self, q) -> bool:
         """Fitted on one GPU model's recordings, the factors say nothing of another's (or of the
         simulated device, whose truth is the plain model): only a profile of that GPU, under the
         software they were measured with, gets them."""
-        return P.measured_on(q, self.device, self.software, "normalization's corrections")
+        return P.measured_on(q, self.device, self.software, "normalization's corrections", self.compute_capability)
 
     def log_factor(self, d: NormDescriptor, k) -> float:
         """The class's factor; a multi-pass loop band without one takes its kernel's over every band
@@ -770,6 +775,11 @@ def load_corrections(path) -> Corrections:
             if not _field(software, name, str, f"{where}, software"):
                 raise CorrectionsError(f"{where}, software: {name!r} must be a non-empty version")
         software = {name: software[name] for name in P.KERNEL_SOFTWARE}
+    arch = None
+    if version >= ARCH_SINCE:
+        arch = _field(doc, "compute_capability", str, where)
+        if P.device_arch({"compute_capability": arch}) is None:
+            raise CorrectionsError(f"{where}: compute_capability {arch!r} is not a GPU's, as \"9.0\"")
     factors = {}
     for i, c in enumerate(_field(doc, "classes", list, where)):
         w = f"{where}, classes[{i}]"
@@ -794,7 +804,7 @@ def load_corrections(path) -> Corrections:
     for name, b in (("persistent_bias", bias), ("pair_bias", pair)):
         if not math.isfinite(_float(b)) or not 0 <= b < 1:
             raise CorrectionsError(f"{where}: {name} {b!r} is not in [0, 1)")
-    return Corrections(factors, float(bias), str(p), device, float(pair), software)
+    return Corrections(factors, float(bias), str(p), device, float(pair), software, arch)
 
 
 @functools.lru_cache(maxsize=None)
@@ -954,6 +964,7 @@ def corrections_document(recordings, note: str = "", device: str = "NVIDIA H200"
     bias, pair = c.persistent_bias, c.pair_bias
     return {"format": CORRECTIONS_FORMAT, "version": CORRECTIONS_VERSION, "note": note, "device": device,
             "software": P.recorded_software(recordings),
+            "compute_capability": P.recorded_arch(p for _r, p in recordings),
             "fitted_on": [{"recording": str(r), "profile": str(p)} for r, p in recordings],
             "statistic": "median log(measured / plain_model_us) per kernel class (multi-pass: per loop band, "
                          f"and over every band as vectors_per_thread_log2 null), >= {MIN_CLASS_CANDIDATES} candidates",

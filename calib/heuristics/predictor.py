@@ -24,6 +24,7 @@ level (L2-resident working sets, the L2 ramp, DRAM) and access width, bytes in f
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -55,14 +56,16 @@ WIDTHS = (1, 2, 4, 8, 16)
 
 def q_of(profile) -> Callable:
     """``q(name, default)`` reading ``profile`` through :func:`calib.heuristics.registry.read`.
-    ``q.device_name`` is the name in the profile's fingerprint (None without one): what a model
-    whose data came from one GPU model (normalization's corrections) checks before it applies them."""
+    ``q.device_name`` is the name in the profile's fingerprint (None without one) and ``q.device_arch``
+    its compute capability (None without one, and on the simulated device): what a model whose data
+    came from one GPU (normalization's corrections) checks before it applies them (:func:`measured_on`)."""
     def q(name, default=None):
         return read(profile, name, DEFAULTS.get(name, default) if default is None else default)
 
     device = getattr(profile, "device", None)
     name = device.get("name") if isinstance(device, dict) else None
     q.device_name = name if isinstance(name, str) else None
+    q.device_arch = device_arch(device)
     software = getattr(profile, "software", None)
     q.software = dict(software) if isinstance(software, dict) else {}
     return q
@@ -77,13 +80,23 @@ _software_warned: set = set()
 _declined_collectors: list = []  # declined_corrections() sets, innermost last
 
 
+class _Declined(set):
+    """The corrections declined for other software; ``borrowed``: those applied from another GPU
+    model of the same architecture."""
+
+    def __init__(self):
+        super().__init__()
+        self.borrowed: set = set()
+
+
 class declined_corrections:
     """``with declined_corrections() as seen:`` ``seen`` collects "what: change; ..." for each
     correction :func:`measured_on` declined inside the block for other software (the warning is
-    given once a process; an evaluation records every one it ran without)."""
+    given once a process; an evaluation records every one it ran without), and ``seen.borrowed``
+    each one it applied from another GPU model of the profile's architecture."""
 
     def __enter__(self) -> set:
-        self.seen: set = set()
+        self.seen = _Declined()
         _declined_collectors.append(self.seen)
         return self.seen
 
@@ -168,16 +181,33 @@ def recorded_software(recordings) -> dict:
     return dict(zip(KERNEL_SOFTWARE, kinds.pop()))
 
 
-def measured_on(q, device: str, software: dict | None = None, what: str = "a correction") -> bool:
-    """Whether the profile behind ``q`` is of ``device`` (its fingerprint's name) and, where both
-    record it, of the ``software`` the data was measured under: data measured on one GPU model (a
-    correction fitted on its recordings) applies to that model's profiles only, and only while the
-    libraries that chose its kernels are the same, in the profile and, where CuPy is imported, in
-    this process (:func:`running_software`). A profile of the GPU under other software, or a process
-    running other software, warns once (a HeuristicWarning naming ``what``) and gets the plain model;
-    a profile that records no software is given the benefit of the doubt, as before corrections
-    recorded theirs."""
-    if getattr(q, "device_name", None) != device:
+def device_arch(device) -> str | None:
+    """The compute capability ("9.0") of a fingerprint, None where it records none or is the
+    simulated device's (whose truth is the plain model: no GPU's correction applies to it)."""
+    if not isinstance(device, dict) or device.get("simulated"):
+        return None
+    cc = device.get("compute_capability")
+    return cc if isinstance(cc, str) and re.fullmatch(r"\d+\.\d+", cc) else None
+
+
+def measured_on(q, device: str, software: dict | None = None, what: str = "a correction",
+                arch: str | None = None) -> bool:
+    """Whether data measured on ``device`` (a correction fitted on its recordings) applies to the
+    profile behind ``q``: a profile of that GPU model, or, where the data records its GPU's compute
+    capability ``arch``, of another GPU of that architecture; and, where both record it, under the
+    ``software`` it was measured with, in the profile and, where CuPy is imported, in this process
+    (:func:`running_software`). What the corrections learned is how the compiled kernels run against
+    the plain model, which reads the profile's own bandwidths and throughputs: the compiler (NVRTC,
+    cuBLAS's kernels) targets the architecture, not the model, and on an H100 the H200's corrections
+    took normalization's worst case from 0.686 to 0.938 and split-K's from 0.827 to 0.950 (seed 64,
+    2026-12-07; bench/results/2026-12-07-h100-own-profile/). A correction applied across GPU models is
+    noted for an evaluation (:class:`declined_corrections`' ``borrowed``), not warned about.
+    A profile of the GPU under other software, or a process running other software, warns once (a
+    HeuristicWarning naming ``what``) and gets the plain model; a profile that records no software is
+    given the benefit of the doubt, as before corrections recorded theirs."""
+    name = getattr(q, "device_name", None)
+    same_model = name == device
+    if not same_model and (arch is None or getattr(q, "device_arch", None) != arch):
         return False
     changed = software_differences(q, software) + _differences(software, running_software(), "this process's ")
     if changed:
@@ -194,7 +224,26 @@ def measured_on(q, device: str, software: dict | None = None, what: str = "a cor
                           "applied, the plain model predicts (`calib heuristics evaluate` measures how well)",
                           HeuristicWarning, stacklevel=2)
         return False
+    if not same_model:
+        for seen in _declined_collectors:
+            seen.borrowed.add(f"{what}: fitted on {device}, applied on {name} (compute capability {arch})")
     return True
+
+
+def recorded_arch(profiles) -> str:
+    """The compute capability of the GPU every one of ``profiles`` (paths) was measured on: what a
+    correction fitted on their recordings records, so that it applies to that architecture
+    (:func:`measured_on`). Profiles of different architectures, or one that records none, make no
+    one correction: a HeuristicError names them."""
+    from ..profile import load_profile
+    from .registry import HeuristicError
+
+    seen = {str(p): device_arch(load_profile(p, device=None, software=None).device) for p in profiles}
+    kinds = set(seen.values())
+    if len(kinds) != 1 or None in kinds:
+        raise HeuristicError("the recordings' profiles do not all record one compute capability: "
+                             + "; ".join(f"{p}: {v}" for p, v in seen.items()))
+    return kinds.pop()
 
 
 def q_of_values(values: dict, device: dict | None = None) -> Callable:
@@ -384,7 +433,7 @@ def predict_model(model: Callable, descriptor, knobs, profile, *, ses: dict | No
         return v
 
     q.device_name = base_q.device_name  # a model with data of one GPU model checks it (q_of)
-    q.software = base_q.software
+    q.device_arch, q.software = base_q.device_arch, base_q.software
     t = float(model(descriptor, knobs, q))
     contrib, without = {}, []
     for name, value in list(seen.items()):
@@ -397,7 +446,7 @@ def predict_model(model: Callable, descriptor, knobs, profile, *, ses: dict | No
             def qq(n, d=None):
                 return value + delta if n == name else q(n, d)
 
-            qq.device_name, qq.software = q.device_name, q.software
+            qq.device_name, qq.device_arch, qq.software = q.device_name, q.device_arch, q.software
             return float(model(descriptor, knobs, qq))
 
         lo_v = value - se

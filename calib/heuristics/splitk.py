@@ -287,13 +287,17 @@ def gemm_us(q, m: int, n: int, k: int, in_bytes: int, out_bytes: int, path: str,
 # read from q.device_name: the choice (rank's q_of) and the evaluation's reported prediction
 # (predictor.predict_model's q, which carries the profile's device name since 593ee04) both take it.
 SPLIT1_FILE = Path(__file__).with_name("splitk_fp32_split1.json")
-SPLIT1_FORMAT, SPLIT1_VERSION = "calib.heuristics.splitk_fp32_split1_correction", 2
+SPLIT1_FORMAT, SPLIT1_VERSION = "calib.heuristics.splitk_fp32_split1_correction", 3
 # Each correction file records, since 2026-12-06 (this file's version 2, the fp16 and fp32 recorded
 # forests' 3, the splits forest's 2), the "software" its recordings ran under: the CUDA runtime and
 # CuPy (predictor.KERNEL_SOFTWARE), which chose the kernels whose times it learned. A profile of the
 # GPU under another CUDA or CuPy (major.minor) gets the plain model and a warning (P.measured_on). An
 # older file, which does not record it, is read forward as applying under any software, as it was
 # (SOFTWARE_SINCE, after the last of the formats below).
+# Since 2026-12-07 (this file's version 3, the fp16 and fp32 recorded forests' 4, the splits forest's
+# 3) each also records the "compute_capability" of its GPU (predictor.recorded_arch), and applies to
+# every GPU of that architecture (predictor.measured_on says why); an older file applies to its named
+# GPU alone, as it did (ARCH_SINCE).
 SPLIT1_FEATURES = ("log2_m", "log2_n", "log2_k", "log2_mn", "log2_k_over_mn", "log2_mnk")
 SPLIT1_TREE_DEPTH, SPLIT1_MIN_LEAF = 6, 10
 LAUNCH_GAP_US = 3.2  # recorded split-1 time minus the traced kernels' (see above)
@@ -332,7 +336,19 @@ def _check_split1(doc, where: str, fmt: str, version: int, features=SPLIT1_FEATU
             raise HeuristicError(f"{where}: {name!r} must be a non-empty string")
     if doc.get("features") != list(features):
         raise HeuristicError(f"{where}: features must be {list(features)}")
-    return dict(doc, software=_check_software(doc, where, version >= SOFTWARE_SINCE.get(fmt, version + 1)))
+    return dict(doc, software=_check_software(doc, where, version >= SOFTWARE_SINCE.get(fmt, version + 1)),
+                compute_capability=_check_arch(doc, where, version >= ARCH_SINCE.get(fmt, version + 1)))
+
+
+def _check_arch(doc: dict, where: str, required: bool) -> str | None:
+    """The file's "compute_capability" ("9.0"), or None in a version from before corrections
+    recorded it (applied to the named GPU alone)."""
+    if not required:
+        return None
+    cc = doc.get("compute_capability")
+    if not isinstance(cc, str) or P.device_arch({"compute_capability": cc}) is None:
+        raise HeuristicError(f"{where}: 'compute_capability' must be the recordings' GPU's, as \"9.0\", not {cc!r}")
+    return cc
 
 
 def _check_software(doc: dict, where: str, required: bool) -> dict | None:
@@ -351,11 +367,12 @@ def _check_software(doc: dict, where: str, required: bool) -> dict | None:
 
 def load_split1(path=SPLIT1_FILE, fmt: str = SPLIT1_FORMAT, version: int = SPLIT1_VERSION) -> dict:
     """The fp32 split-1 correction document at ``path``, checked field by field (HeuristicError if bad);
-    one of the version before (no "software") is read forward."""
+    one of an earlier version (no "software", no "compute_capability") is read forward."""
     where = f"split-K split-1 correction {path}"
     raw = _read_split1(path, where)
     found = raw.get("version") if isinstance(raw, dict) else None
-    doc = _check_split1(raw, where, fmt, version - 1 if found == version - 1 and version > 1 else version)
+    older = isinstance(found, int) and not isinstance(found, bool) and 1 <= found < version
+    doc = _check_split1(raw, where, fmt, found if older else version)
     _check_node(doc.get("tree"), where)
     return dict(doc, version=version)
 
@@ -372,7 +389,8 @@ def split1_log_factor(q, m: int, n: int, k: int) -> float:
     if "doc" not in _split1:
         _split1["doc"] = load_split1() if SPLIT1_FILE.exists() else None
     doc = _split1["doc"]
-    if doc is None or not P.measured_on(q, doc["device"], doc["software"], "split-K's fp32 split-1 correction"):
+    if doc is None or not P.measured_on(q, doc["device"], doc["software"], "split-K's fp32 split-1 correction",
+                                        doc["compute_capability"]):
         return 0.0
     return min(0.0, _tree_value(doc["tree"], _features(m, n, k)))
 
@@ -405,10 +423,11 @@ def split1_log_factor(q, m: int, n: int, k: int) -> float:
 # 3.79/3.64/4.04%.
 FOREST_TREES, FOREST_DEPTH, FOREST_MIN_LEAF = 50, 10, 5  # both forests'
 FP16_SPLIT1_FILE = Path(__file__).with_name("splitk_fp16_split1.json.gz")
-FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION = "calib.heuristics.splitk_fp16_split1_correction", 3
+FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION = "calib.heuristics.splitk_fp16_split1_correction", 4
 # Version 2 (2026-12-04): a forest, "trees" (bagged: each tree fitted on a bootstrap sample of the
 # examples, the correction their mean) and "bootstrap_seed"; version 1 held one "tree", read as a
-# forest of that one tree. Version 3 (2026-12-06): "software" (SOFTWARE_SINCE).
+# forest of that one tree. Version 3 (2026-12-06): "software" (SOFTWARE_SINCE). Version 4 (2026-12-07):
+# "compute_capability" (ARCH_SINCE).
 FOREST_MAX_TREES = 500
 _fp16_split1: dict = {}
 
@@ -418,7 +437,7 @@ def load_fp16_split1(path=FP16_SPLIT1_FILE) -> dict:
     (pairs of an evaluation and the profile it read, paths from the repository's root); a version-1
     file (one tree) comes back as the current version's forest of one."""
     return load_forest(path, FP16_SPLIT1_FORMAT, FP16_SPLIT1_VERSION, one_tree_version=1,
-                       older={2: SPLIT1_FEATURES})
+                       older={2: SPLIT1_FEATURES, 3: SPLIT1_FEATURES})
 
 
 def load_forest(path, fmt: str, version: int, one_tree_version: int | None = None, features=SPLIT1_FEATURES,
@@ -463,7 +482,8 @@ def _forest_log_factor(cache: dict, path: Path, load, q, features_of) -> float:
     if "doc" not in cache:
         cache["doc"] = load() if path.exists() else None
     doc = cache["doc"]
-    if doc is None or not P.measured_on(q, doc["device"], doc["software"], f"split-K's correction {path.name}"):
+    if doc is None or not P.measured_on(q, doc["device"], doc["software"], f"split-K's correction {path.name}",
+                                        doc["compute_capability"]):
         return 0.0
     from .forest import forest_value
 
@@ -542,7 +562,7 @@ def fit_forest(xs: list, ys: list, n_trees: int = FOREST_TREES, seed: int = 0, f
 # features are -1, as for the shapes Lt is never asked about. A version-1 file (shape features only) is
 # read as it is. With FP32_SPLITS_FILE and the margins chosen again, held out: see SPLIT_MARGIN.
 FP32_RECORDED_FILE = Path(__file__).with_name("splitk_fp32_split1_recorded.json.gz")
-FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION = "calib.heuristics.splitk_fp32_split1_recorded_correction", 3
+FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION = "calib.heuristics.splitk_fp32_split1_recorded_correction", 4
 _fp32_recorded: dict = {}
 # Lt's answer for a GEMM as features of a forest: -1 each where none is known (not asked, or no GPU).
 LT_FEATURES = ("lt_algo", "lt_log2_tile_m", "lt_log2_tile_n", "lt_log2_split", "lt_waves", "lt_custom")
@@ -573,7 +593,7 @@ def load_fp32_recorded(path=FP32_RECORDED_FILE) -> dict:
     """The fp32 recorded-time forest at ``path``, checked field by field (as fp16's); version 1
     (shape features only) is read forward as it is."""
     return load_forest(path, FP32_RECORDED_FORMAT, FP32_RECORDED_VERSION, features=FP32_SPLIT1_FEATURES,
-                       older={1: SPLIT1_FEATURES, 2: FP32_SPLIT1_FEATURES})
+                       older={1: SPLIT1_FEATURES, 2: FP32_SPLIT1_FEATURES, 3: FP32_SPLIT1_FEATURES})
 
 
 def fp32_recorded_log_factor(q, m: int, n: int, k: int) -> float:
@@ -605,16 +625,18 @@ def fit_fp32_recorded_trees(recorded, n_trees: int = FOREST_TREES, seed: int = 0
 # split-1 forest alone were as often a split's own misprediction as split 1's (32x6544x7680 split 32
 # predicted 284 us, ran 116), and a margin cannot tell the two apart.
 FP32_SPLITS_FILE = Path(__file__).with_name("splitk_fp32_splits_recorded.json.gz")
-FP32_SPLITS_FORMAT, FP32_SPLITS_VERSION = "calib.heuristics.splitk_fp32_splits_recorded_correction", 2
+FP32_SPLITS_FORMAT, FP32_SPLITS_VERSION = "calib.heuristics.splitk_fp32_splits_recorded_correction", 3
 _fp32_splits: dict = {}
 # The first version of each correction format that records its "software" (see SPLIT1_FORMAT).
 SOFTWARE_SINCE = {SPLIT1_FORMAT: 2, FP16_SPLIT1_FORMAT: 3, FP32_RECORDED_FORMAT: 3, FP32_SPLITS_FORMAT: 2}
+# The first version that records its GPU's "compute_capability" (see SPLIT1_FORMAT).
+ARCH_SINCE = {SPLIT1_FORMAT: 3, FP16_SPLIT1_FORMAT: 4, FP32_RECORDED_FORMAT: 4, FP32_SPLITS_FORMAT: 3}
 
 
 def load_fp32_splits(path=FP32_SPLITS_FILE) -> dict:
     """The fp32 splits' recorded-time forest at ``path`` (gzip-compressed or plain), checked field by field."""
     return load_forest(path, FP32_SPLITS_FORMAT, FP32_SPLITS_VERSION, features=FP32_SPLITS_FEATURES,
-                       older={1: FP32_SPLITS_FEATURES})
+                       older={1: FP32_SPLITS_FEATURES, 2: FP32_SPLITS_FEATURES})
 
 
 def fp32_splits_log_factor(q, m: int, n: int, k: int, split: int) -> float:
