@@ -256,7 +256,7 @@ def gunzip(data: bytes, path, what: str, error: type) -> bytes:
     return out
 
 
-class DuplicateKeyError(ValueError):
+class DuplicateKeyError(CalibError, ValueError):
     """A JSON object that names one key twice (json.loads keeps the last in silence)."""
 
 
