@@ -112,6 +112,24 @@ def test_a_descriptor_that_holds_itself_or_numbers_no_database_keeps_is_refused(
     assert autotune.descriptor_key({"n": 2**63 - 1}) != autotune.descriptor_key({"n": -(2**63)})
 
 
+def test_the_entry_checks_keep_to_the_tuning_databases_column_widths(url):
+    """A family or source longer than its column is stored by SQLite and refused by PostgreSQL part
+    way through an import or a tune: the checks use the tables' own widths, and select refuses a
+    family no database keeps before it times anything."""
+    from calib.autotune import entries
+    from calib.store.tables import AutotuneEntryRow
+
+    columns = AutotuneEntryRow.__table__.c
+    assert (entries.FAMILY_MAX_CHARS, entries.SOURCE_MAX_CHARS) == (columns.family.type.length,
+                                                                    columns.source.type.length)
+    t = autotune.Autotuner(TOY, {"calib": "t"}, url=url)
+    timed = []
+    for family in ("f" * 129, "", 5):
+        with pytest.raises(autotune.AutotuneError, match="not a name of 1 to 128"):
+            t.select(family, {"k": 1}, ["a", "b"], time=lambda c: timed.append(c))
+    assert timed == [] and t.select("f" * 128, {"k": 1}, ["a", "b"], time=_times({"a": 1.0, "b": 2.0})).choice == "a"
+
+
 def test_a_candidate_without_a_name_is_refused(url):
     t = autotune.Autotuner(TOY, {"calib": "t"}, url=url)
     with pytest.raises(autotune.AutotuneError, match="a candidate named ''"):
@@ -150,6 +168,9 @@ def test_an_export_that_fails_half_way_leaves_the_old_file_whole(url, tmp_path, 
     (lambda o: o["timings"][0].update(candidate="alpha\udcff"), "lone surrogate"),
     (lambda o: o.update(offered=[["alpha"], None]), "offered is not a list of candidate names"),
     (lambda o: o.update(tied=[{"x": 1}]), "tied is not a list of candidate names"),
+    (lambda o: o.update(family="f" * 129), "family 'ffff"),  # PostgreSQL refused it mid-import
+    (lambda o: o.update(source="imported-from-afar"), "source 'imported-from-afar' is not a name of 1 to 16"),
+    (lambda o: o.update(source=7), "source 7"),
 ])
 def test_a_hostile_number_in_an_import_file_skips_its_line_and_imports_the_rest(edit, why, url, tmp_path):
     lines = _exported(url, tmp_path).read_text().splitlines()

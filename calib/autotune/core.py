@@ -32,8 +32,8 @@ from typing import Callable, Iterable
 from ..errors import CalibError
 from .decide import TIE_REL, Timing, decide, significantly_slower
 from .descriptors import candidate_id, descriptor_json, descriptor_key
-from .entries import (CorruptEntry, Entry, device_fields, device_key, entry_from_row, provenance, soft_fields,
-                      stale_fields)
+from .entries import (FAMILY_MAX_CHARS, CorruptEntry, Entry, device_fields, device_key, entry_from_row, provenance,
+                      soft_fields, stale_fields)
 from .storage import AutotuneDB
 
 POLICIES = ("use", "retune", "verify")
@@ -239,6 +239,9 @@ class Autotuner:
         ``rounds`` > 1 times the candidates in that many interleaved rounds (see :meth:`_time_rounds`)."""
         if candidates is None:
             raise AutotuneError(f"select({family!r}) needs the candidates on a first call")
+        if not isinstance(family, str) or not 1 <= len(family) <= FAMILY_MAX_CHARS:
+            raise AutotuneError(f"select: the family {family!r:.60} is not a name of 1 to {FAMILY_MAX_CHARS} "
+                                "characters (the tuning database keeps no longer one)")
         policy = policy or self.policy
         tie_rel = self.tie_rel if tie_rel is None else tie_rel
         given = list(candidates)

@@ -23,6 +23,9 @@ from ..keys import canonical_json, descriptor_hash
 from .decide import Timing
 
 HARD_FIELDS = ("name", "compute_capability", "sm_count", "simulated")
+# The widths of autotune_entry's text columns (calib.store.tables): PostgreSQL refuses a longer value
+# mid-import, where SQLite stores it, so an entry is checked against them wherever it comes from.
+FAMILY_MAX_CHARS, SOURCE_MAX_CHARS = 128, 16
 SOFT_FIELDS = ("driver", "cuda_runtime", "cupy", "calib", "libraries")
 
 
@@ -194,6 +197,10 @@ def entry_from_row(row: dict, timings: list[dict], *, origin: str = "user") -> E
     for name, names in (("tied", tied), ("offered", offered)):  # a list in there had ended `calib cache verify`
         if not all(isinstance(c, str) and c for c in names):
             raise CorruptEntry(f"{name} is not a list of candidate names ({names!r:.60})")
+    family, source = row.get("family"), row.get("source") or "tuned"
+    for name, value, most in (("family", family, FAMILY_MAX_CHARS), ("source", source, SOURCE_MAX_CHARS)):
+        if not isinstance(value, str) or not 1 <= len(value) <= most:
+            raise CorruptEntry(f"{name} {value!r:.60} is not a name of 1 to {most} characters")
     by_candidate = {}
     for t in timings:
         timing = timing_from_row(t)
@@ -201,11 +208,11 @@ def entry_from_row(row: dict, timings: list[dict], *, origin: str = "user") -> E
     winner = row.get("winner")
     if winner is not None and (not isinstance(winner, str) or winner not in by_candidate):
         raise CorruptEntry(f"winner {winner!r:.60} has no timing")
-    return Entry(family=str(row.get("family")), descriptor_key=str(row["descriptor_key"]),
+    return Entry(family=family, descriptor_key=str(row["descriptor_key"]),
                  device_key=str(row.get("device_key")), descriptor=descriptor, device=device, software=software,
                  protocol=protocol, winner=winner,
                  winner_time_us=_float_or_none(row.get("winner_time_us"), "winner_time_us"), tied=tied,
-                 offered=offered, source=str(row.get("source") or "tuned"), provenance=prov, timings=by_candidate,
+                 offered=offered, source=source, provenance=prov, timings=by_candidate,
                  origin=origin, id=row.get("id"))
 
 
