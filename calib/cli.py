@@ -123,7 +123,8 @@ def _cmd_query(args) -> int:
         profile = _open(args)
         if args.record:
             p = profile.record(args.name)
-            print(json.dumps({"name": p.name, **p.to_record()}, indent=2))
+            # NaN is not JSON: a hand-edited r2 or diagnostic holding one shows null, as `calib show --json` does
+            print(json.dumps(_finite_json({"name": p.name, **p.to_record()}), indent=2, allow_nan=False))
             return 0
         value = profile.query(args.name, args.default, strict=strict)
     except ProfileError as exc:

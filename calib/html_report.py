@@ -207,6 +207,18 @@ def _timings_html(index: dict) -> str:
     return "".join(parts)
 
 
+def _figure_data(path: Path) -> tuple[str, str | None]:
+    """A figure's PNG as base64, or why it cannot be inlined. Read like a profile (a regular file
+    of bounded size, opened without blocking): a folder, a FIFO or a link loop named ``*.png`` in a
+    run folder hung ``calib report`` or ended it in a traceback; it costs only its own figure."""
+    from .profile import ProfileError, _read_bytes
+
+    try:
+        return base64.b64encode(_read_bytes(path, "figure")).decode("ascii"), None
+    except ProfileError as exc:
+        return "", str(exc)
+
+
 def _section(run: runfolder.RunFolder, cal: str, profile, simulated: bool) -> tuple[str, list[str]]:
     """One calibration's section, and the figures' ids."""
     from . import calibrations
@@ -251,7 +263,11 @@ def _section(run: runfolder.RunFolder, cal: str, profile, simulated: bool) -> tu
         shows = _figure_params(path.stem, cal, params)
         fig_id = f"fig-{slug(cal)}-{slug(path.stem)}"
         ids.append(fig_id)
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        data, why_not = _figure_data(path)
+        if why_not:
+            parts.append(f'<p class="failed" id="{esc(fig_id)}">Figure <code>{esc(path.name)}</code> not included: '
+                         f"{esc(why_not)}</p>")
+            continue
         back = (f'<a href="#row-{esc(slug(shows[0]))}">back to {esc(shows[0])} in the table</a>' if len(shows) == 1
                 else '<a href="#parameters">back to the parameter table</a>')
         sim = " (SIMULATED DEVICE)" if simulated else ""
@@ -336,9 +352,13 @@ def build_report(run_dir) -> str:
 
 
 def write_report(run_dir, output=None) -> Path:
-    """Write the report (default: ``<run folder>/report.html``) atomically; return its path."""
-    import os
-    import tempfile
+    """Write the report (default: ``<run folder>/report.html``) atomically; return its path.
+
+    Through ``calib.atomic``, like every file calib writes beside a user's own: a pipe or FIFO
+    (``-o /dev/stdout``) is written as a stream, and a link is followed to the file it names. A
+    temporary file renamed over ``/dev/stdout`` had replaced the link itself (as root) and printed
+    nothing."""
+    from . import atomic
 
     run_dir = Path(run_dir)
     target = Path(output) if output else run_dir / runfolder.REPORT
@@ -346,15 +366,5 @@ def write_report(run_dir, output=None) -> Path:
         raise ReportError(f"cannot write the report to {target}: it is a folder; give a file, e.g. "
                           f"{target / runfolder.REPORT}")
     text = build_report(run_dir)
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except OSError as exc:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)  # a full disk, a target that became a folder: no half-written file left
-        raise ReportError(f"cannot write the report to {target}: {exc.strerror or exc}") from None
+    atomic.replace(target, text.encode("utf-8"), ReportError)
     return target

@@ -146,7 +146,14 @@ def check_fragment_fields(doc: dict) -> str | None:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite number a float can hold: an integer of 400 digits is valid JSON, and
+    ``math.isfinite`` raises OverflowError on it (a fragment or run index from a hand edit)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def _seconds(v) -> bool:

@@ -52,6 +52,10 @@ class ProfileError(CalibError, ValueError):
     """A profile file or parameter cannot be used; the message names the file and the problem."""
 
 
+class NewerSchemaError(ProfileError):
+    """A profile written by a newer calib: readable by that calib, so never moved aside as corrupt."""
+
+
 class MissingParameterError(ProfileError, KeyError):
     """Strict query of a parameter the profile does not hold."""
 
@@ -396,7 +400,7 @@ def migrate(doc: dict) -> dict:
     """Bring a profile document of any older schema up to SCHEMA_VERSION; refuse newer ones."""
     version = schema_version(doc)
     if version > SCHEMA_VERSION:
-        raise ProfileError(f"schema version {version} is newer than this calib understands "
+        raise NewerSchemaError(f"schema version {version} is newer than this calib understands "
                            f"({SCHEMA_VERSION}): upgrade calib to read it")
     while version < SCHEMA_VERSION:
         doc = _MIGRATIONS[version](doc)
@@ -425,8 +429,10 @@ class Profile:
 
     def __init__(self, params: dict | None = None, *, device: dict | None = None, software: dict | None = None,
                  created: str | None = None, path: str | os.PathLike | None = None, origin: str = "memory",
-                 unusable: str | None = None, notes: list[str] | None = None):
+                 unusable: str | None = None, notes: list[str] | None = None,
+                 duplicated: dict[str, str] | None = None):
         self.params = MappingProxyType(dict(params or {}))
+        self.duplicated = dict(duplicated or {})  # name -> why: written twice in the file (``_parse``)
         self.device = dict(device or {})
         self.software = dict(software or {})
         self.created = created
@@ -439,6 +445,9 @@ class Profile:
         self._faults: dict[str, ProfileError] = {}
         unstated = []
         for name, record in self.params.items():
+            if name in self.duplicated:
+                self._faults[name] = ProfileError(self.duplicated[name])
+                continue
             try:
                 if _too_deep(record):
                     raise ProfileError(f"parameter {name!r}: the record nests more than {MAX_NESTING} levels deep")
@@ -682,8 +691,9 @@ def _parse(data: bytes, path: Path) -> Profile:
     except UnicodeDecodeError as exc:
         raise ProfileError(f"profile {path} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
                            "(JSON files are UTF-8)") from None
+    duplicated: dict[int, list[str]] = {}
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=lambda pairs: _object(pairs, duplicated))
     except json.JSONDecodeError as exc:
         hint = " (the file looks truncated)" if exc.pos >= len(text.rstrip()) else ""
         raise ProfileError(f"profile {path} is not valid JSON{hint}: {exc.msg} (line {exc.lineno}, "
@@ -694,10 +704,11 @@ def _parse(data: bytes, path: Path) -> Profile:
         raise ProfileError(f"profile {path} holds a number too long to read: {str(exc).split(';')[0]}") from None
     if not isinstance(doc, dict):
         raise ProfileError(f"profile {path} must hold a JSON object, not {type(doc).__name__}")
+    twice = _duplicated_params(doc, duplicated, path)
     try:
         doc = migrate(doc)
     except ProfileError as exc:
-        raise ProfileError(f"profile {path}: {exc}") from None
+        raise type(exc)(f"profile {path}: {exc}") from None
     for key in ("params", "device", "software"):
         if not isinstance(doc.get(key, {}), dict):
             raise ProfileError(f"profile {path}: {key!r} must be an object, not {type(doc[key]).__name__}")
@@ -711,7 +722,47 @@ def _parse(data: bytes, path: Path) -> Profile:
                 raise ProfileError(f"profile {path}: {key} {field!r} {why}: the fingerprint cannot be checked")
     created = doc.get("created")
     return Profile(doc.get("params"), device=doc.get("device"), software=doc.get("software"),
-                   created=created if isinstance(created, str) else None, path=path, origin="file")
+                   created=created if isinstance(created, str) else None, path=path, origin="file",
+                   duplicated=twice)
+
+
+def _object(pairs: list, duplicated: dict) -> dict:
+    """A JSON object as a dict, noting (by the dict's id) the keys it holds more than once: JSON
+    keeps the last silently, so a hand edit that pasted a record in again would serve the value
+    nobody checked, and a merge would write that one back and lose the other."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set = set()
+        duplicated[id(obj)] = sorted({k for k, _ in pairs if k in seen or seen.add(k)})
+    return obj
+
+
+def _duplicated_params(doc: dict, duplicated: dict, path: Path) -> dict[str, str]:
+    """Parameter name -> why it is refused, for every record written twice (or holding a field
+    twice). A key twice anywhere else (the fingerprint, the schema) leaves the whole file in doubt."""
+    if not duplicated:
+        return {}
+    flat = "schema" not in doc and "params" not in doc  # version 0: the top level is the parameters
+    params = doc if flat else doc.get("params")
+    twice = {}
+    if isinstance(params, dict):
+        for name in duplicated.pop(id(params), ()):
+            twice[name] = (f"parameter {name!r}: the file holds it more than once, and which one is meant cannot "
+                           "be told: keep one")
+        for name, record in params.items():
+            fields = duplicated.pop(id(record), None) if isinstance(record, dict) else None
+            if fields and name not in twice:
+                twice[name] = (f"parameter {name!r}: its record holds {', '.join(map(repr, fields[:3]))} more than "
+                               "once, and which one is meant cannot be told: keep one")
+    for key in ("device", "software"):
+        section = doc.get(key)
+        if isinstance(section, dict) and id(section) in duplicated:
+            keys = ", ".join(map(repr, duplicated[id(section)][:3]))
+            raise ProfileError(f"profile {path}: {key!r} holds {keys} more than once: the fingerprint is ambiguous")
+    if id(doc) in duplicated:
+        keys = ", ".join(map(repr, duplicated[id(doc)][:3]))
+        raise ProfileError(f"profile {path} holds {keys} more than once at its top level: keep one")
+    return twice
 
 
 def _fingerprint_fault(value) -> str | None:
@@ -1111,6 +1162,11 @@ def merge_into(path, params: dict, *, device: dict, software: dict, replace: boo
         if data is not None and not replace:
             try:
                 current = _parse(data, given)
+            except NewerSchemaError as exc:
+                # not corrupt: a newer calib's profile, whose records this calib cannot carry over;
+                # replacing it with an older schema would take them from the calib that wrote them
+                raise ProfileError(f"{exc}; it is left as it is: merge with that calib, or write this calibration "
+                                   "to another path") from None
             except ProfileError as exc:
                 backup = _backup_name(target)
                 os.replace(target, backup)
@@ -1120,6 +1176,9 @@ def merge_into(path, params: dict, *, device: dict, software: dict, replace: boo
                 if current.device and hard:
                     raise ProfileError(f"profile {given} belongs to another device ({'; '.join(hard)}); "
                                        "write this calibration to another path")
+                if current.duplicated:  # writing back would keep one of the two and lose the other
+                    raise ProfileError(f"profile {given}: {next(iter(current.duplicated.values()))}; it is left "
+                                       "as it is: mend it, or write this calibration to another path")
                 merged = dict(current.params)
                 _refuse_unwritable(given, merged)
         merged.update(params)

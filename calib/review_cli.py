@@ -64,8 +64,10 @@ def open_for_show(args, open_profile):
 def _cmd_report(args) -> int:
     from .html_report import write_report
 
+    from . import atomic
+
     path = write_report(args.run_dir, args.output)
-    print(f"wrote {path}")
+    print(f"wrote {path}", file=atomic.report_stream(path))  # `-o /dev/stdout` carries the report alone
     return 0
 
 

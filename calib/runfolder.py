@@ -73,6 +73,7 @@ def figures_of(folder: Path, calibration: str) -> list[Path]:
 def write_index(run_dir: Path, summary: dict, fragments: dict, *, device: dict, software: dict) -> dict:
     """``profile.json`` (this run's merged fragments) and ``run.json`` (the index), in the run folder.
     ``fragments``: calibration id -> its fragment document. Returns the index written."""
+    from . import atomic
     from .profile import write_profile
     from .timestamps import utc_now
 
@@ -118,7 +119,9 @@ def write_index(run_dir: Path, summary: dict, fragments: dict, *, device: dict, 
     index = {**summary, "layout": 2, "report": REPORT, "run_profile": PROFILE, "notebooks": notebooks,
              "parameters": {name: {k: rec.get(k) for k in ("value", "ci95", "unit", "n", "flags")}
                             for name, rec in sorted(params.items())}}
-    (run_dir / INDEX).write_text(json.dumps(index, indent=2) + "\n")
+    # replaced whole: a run killed while writing it left a truncated index, which the report refused
+    # and a resume read as no index at all, dropping the other notebooks' entries
+    atomic.replace(run_dir / INDEX, (json.dumps(index, indent=2) + "\n").encode("utf-8"), RunFolderError)
     return index
 
 
@@ -126,15 +129,35 @@ def _checked_index(doc: dict, p: Path) -> dict:
     """The index with the shapes its readers rely on, or a RunFolderError naming the field: a
     hand-edited or truncated ``run.json`` must give ``calib show``/``calib report`` a one-line
     refusal, not a traceback."""
-    notebooks = doc.get("notebooks")
-    if notebooks is not None and (not isinstance(notebooks, list) or
-                                  not all(isinstance(nb, (dict, str)) for nb in notebooks)):
-        raise RunFolderError(f"{p}: 'notebooks' must be a list of objects")
+    notebooks = doc.get("notebooks", [])
+    if not isinstance(notebooks, list) or not all(isinstance(nb, (dict, str)) for nb in notebooks):
+        raise RunFolderError(f"{p}: 'notebooks' must be a list of objects")  # null too: readers iterate it
     failed = doc.get("failed")
     if failed is not None and (not isinstance(failed, list) or not all(
             isinstance(f, list) and len(f) == 2 and isinstance(f[0], str) for f in failed)):
         raise RunFolderError(f"{p}: 'failed' must be a list of [notebook, reason] pairs")
+    huge = _number_too_large(doc)
+    if huge:
+        raise RunFolderError(f"{p}: {huge}")
     return doc
+
+
+def _number_too_large(doc) -> str | None:
+    """Where the index holds an integer no float can hold (valid JSON, a hand edit or a corrupted
+    digit run): the report formats every time as a float, and ``f"{10**400:.1f}"`` raises."""
+    stack = [("", doc)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+            try:
+                float(value)
+            except OverflowError:
+                return f"{where or 'a value'} is an integer of {value.bit_length()} bits, too large for a number"
+        if isinstance(value, dict):
+            stack += [(f"{where}.{k}" if where else repr(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+    return None
 
 
 def _rel(path: Path, root: Path) -> str:

@@ -171,7 +171,7 @@ class VerifyReport:
 
 def _reference(profile, device, software, notes: list[str]):
     """The profile to verify: a Profile, a path, or None for this machine's by the lookup order."""
-    from .profile import Profile, ProfileError, load_profile, read_profile
+    from .profile import Profile, ProfileError, ProfileWarning, load_profile, read_profile
 
     if isinstance(profile, Profile):
         return profile
@@ -179,8 +179,13 @@ def _reference(profile, device, software, notes: list[str]):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             found = load_profile(device=device, software=software, allow_foreign=True)
+        if found.unusable:  # CALIB_PROFILE names a broken file: say so, not what an empty profile's fingerprint says
+            raise VerifyError(found.unusable)
         if found.origin == "empty" or found.path is None:
-            raise VerifyError("no profile for this machine to verify: give --profile PATH, or run `calib run`")
+            why = f" (looked for: {'; '.join(map(str, found.looked))})" if found.looked else ""
+            broken = [str(w.message) for w in caught if issubclass(w.category, ProfileWarning)]  # why not used
+            raise VerifyError("no profile for this machine to verify" + why + "".join(f"; {b}" for b in broken) +
+                              ": give --profile PATH, or run `calib run`")
         notes.extend(str(w.message) for w in caught
                      if "another device" not in str(w.message) and "theoretical" not in str(w.message))
         return found

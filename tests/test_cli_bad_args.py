@@ -530,6 +530,21 @@ def test_show_json_is_valid_json_when_a_record_holds_nan(fixture_path, capsys):
     assert doc["params"]["memory.dram.read_bandwidth_gbps"]["value"] is None
 
 
+def test_query_record_is_valid_json_when_a_record_holds_nan(tmp_path, capsys):
+    """``calib query --record`` printed ``Infinity`` and ``NaN`` (a hand-edited r2 or diagnostic):
+    no JSON reader takes them."""
+    path = tmp_path / "p.json"
+    path.write_text('{"schema": "calib.profile/1", "params": {"launch.latency_us": {"value": 12.0, "unit": "us", '
+                    '"r2": Infinity, "diagnostics": {"curvature_p": NaN}}}}')
+    assert cli.main(["query", "launch.latency_us", "--record", "--profile", str(path), "--no-device-check"]) == 0
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in calib query --record")
+
+    doc = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert doc["value"] == 12.0 and doc["r2"] is None and doc["diagnostics"]["curvature_p"] is None
+
+
 def test_a_lease_of_a_few_heartbeats_is_accepted_and_throws_nothing_away(hostile, capsys):
     """The shortest lease allowed still keeps a live worker's jobs, though a batch takes longer
     than the lease: every point is measured once and kept."""

@@ -190,6 +190,39 @@ def test_merge_moves_a_corrupt_profile_aside(tmp_path):
     assert len(list(tmp_path.glob("p.json.corrupt-*"))) == 1
 
 
+def test_merge_into_a_profile_of_a_newer_calib_leaves_it_as_it_is(tmp_path):
+    """A newer calib's profile is not corrupt: moved aside and replaced by this calib's older schema,
+    it lost its place (and the records only that calib can carry) to a downgrade."""
+    path = tmp_path / "p.json"
+    text = json.dumps({"schema": "calib.profile/7", "device": H200, "params": {READ: {"value": 4400.0}}})
+    path.write_text(text)
+    with pytest.raises(ProfileError, match="newer than this calib.*left as it is"):
+        merge_into(path, {READ: {"value": 1.0}}, device=H200, software=H200_SW)
+    assert path.read_text() == text and not list(tmp_path.glob("p.json.corrupt-*"))
+
+
+def test_a_parameter_written_twice_is_refused_and_a_merge_leaves_the_file(tmp_path):
+    """JSON keeps the last of two equal keys without a word: a record pasted in twice served the
+    value nobody checked, and a merge wrote that one back and lost the other."""
+    path = tmp_path / "p.json"
+    record = '{"value": %s, "unit": "GB/s"}'
+    text = ('{"schema": "calib.profile/1", "device": %s, "params": {"%s": %s, "%s": %s, "launch.latency_us": '
+            '{"value": 12.0, "unit": "us"}}}' % (json.dumps(H200), READ, record % 4400.0, READ, record % 1.0))
+    path.write_text(text)
+    p = read_profile(path)
+    with pytest.warns(ParameterWarning, match="more than once"):
+        assert p.query(READ, 7.0) == 7.0
+    assert p.query("launch.latency_us", 0.0) == 12.0  # the rest is served
+    with pytest.raises(ProfileError, match="more than once.*left as it is"):
+        merge_into(path, {"launch.overhead_us": {"value": 5.0, "unit": "us"}}, device=H200, software=H200_SW)
+    assert path.read_text() == text
+    path.write_text('{"schema": "calib.profile/1", "device": {"name": "A", "name": "B"}, "params": {}}')
+    with pytest.raises(ProfileError, match="'name' more than once"):
+        read_profile(path)
+    path.write_text('{"%s": 1.0, "%s": 2.0}' % (READ, READ))  # version 0, the flat map
+    assert "more than once" in str(read_profile(path).parameters()[READ])
+
+
 WRITER = textwrap.dedent("""
     import os, sys, time
     from calib.profile import merge_into

@@ -3,6 +3,8 @@ escapes every text that comes from a file, and `calib merge`, `calib show` and `
 corrupt fragment or run folder say why in one line and exit 2, never with a traceback."""
 
 import json
+import os
+import signal
 
 import pytest
 
@@ -57,8 +59,9 @@ def test_the_report_escapes_every_text_from_files(tmp_path):
     b'{"schema": "calib.fragment/1", "params": {}, "session": {"id": "one", "db": 5}}',
     b'{"schema": "calib.fragment/1", "params": {}, "note": 5}',
     b"[" * 100000,
+    b'{"schema": "calib.fragment/1", "params": {}, "timings_s": {"measure": 1' + b"0" * 400 + b"}}",
 ], ids=["binary", "truncated", "list", "params-list", "bad-record", "device-text", "failures-list",
-        "session-bad", "note-number", "deep"])
+        "session-bad", "note-number", "deep", "timing-too-large"])
 def test_corrupt_fragments_are_refused_in_one_line_with_exit_2(tmp_path, capsys, fragment):
     f = tmp_path / "fragment-registers.json"
     f.write_bytes(fragment)
@@ -75,7 +78,10 @@ def test_corrupt_fragments_are_refused_in_one_line_with_exit_2(tmp_path, capsys,
 
 @pytest.mark.parametrize("index", [
     "nope", b"\xff", "[1]", '{"notebooks": 5}', '{"notebooks": [1, 2]}', '{"failed": 3}', '{"failed": [["a"]]}',
-], ids=["not-json", "binary", "list", "notebooks-int", "notebooks-ints", "failed-int", "failed-short"])
+    '{"notebooks": null}', '{"wall_s": 1%s}' % ("0" * 400),
+    '{"notebooks": [{"calibration": "registers", "wall_s": 1%s}]}' % ("0" * 400),
+], ids=["not-json", "binary", "list", "notebooks-int", "notebooks-ints", "failed-int", "failed-short",
+        "notebooks-null", "wall-too-large", "notebook-wall-too-large"])
 def test_corrupt_run_indexes_are_refused_in_one_line_with_exit_2(tmp_path, capsys, index):
     run = _run_folder(tmp_path / "run")
     (run / "run.json").write_bytes(index if isinstance(index, bytes) else index.encode())
@@ -90,6 +96,74 @@ def test_a_sound_synthetic_run_folder_still_reports_and_shows(tmp_path, capsys):
     assert cli.main(["report", str(run)]) == 0 and (run / "report.html").is_file()
     assert cli.main(["show", str(run), "--no-device-check"]) == 0
     assert "memory.dram.read_bandwidth_gbps" in capsys.readouterr().out
+
+
+@pytest.fixture
+def deadline():
+    """Fail a test that blocks (a FIFO opened for reading waits for a writer for ever) rather than
+    hang the suite: SIGALRM interrupts the blocked call."""
+    if not hasattr(signal, "setitimer"):
+        pytest.skip("needs SIGALRM")
+
+    def alarm(signum, frame):
+        raise TimeoutError("blocked for 10 s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, 10)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def test_a_figure_that_is_a_folder_a_fifo_or_a_link_loop_costs_only_itself(tmp_path, deadline):
+    """``*.png`` is whatever a folder holds: a folder of that name ended the report in a traceback,
+    a FIFO hung it for ever, a link loop raised. Each is named in the report; the rest is there."""
+    run = _run_folder(tmp_path / "run")
+    figures = run / "registers"
+    (figures / "registers.png").mkdir()
+    os.mkfifo(figures / "line-memory_dram_read_bandwidth_gbps.png")
+    (figures / "residuals-loop.png").symlink_to("residuals-loop.png")
+    (figures / "residuals-memory_dram_read_bandwidth_gbps.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    html = build_report(run)
+    assert html.count('src="data:image/png;base64,') == 1
+    for name, why in (("registers.png", "is a directory"), ("line-memory_dram_read_bandwidth_gbps.png", "is a FIFO"),
+                      ("residuals-loop.png", "symbolic links")):
+        assert f"Figure <code>{name}</code> not included:" in html and why in html, name
+
+
+def test_the_report_to_an_open_descriptor_is_written_through_it(tmp_path, capsys):
+    """``calib report RUN -o /dev/stdout``: a temporary file renamed over the path replaced the
+    /dev/stdout link itself (as root) and printed nothing; the path is a stream, written in place,
+    and the line saying so goes to stderr."""
+    run = _run_folder(tmp_path / "run")
+    out = tmp_path / "out.html"
+    with open(out, "wb") as fh:
+        assert cli.main(["report", str(run), "-o", f"/dev/fd/{fh.fileno()}"]) == 0
+    assert out.read_text().startswith("<!DOCTYPE html>")
+    captured = capsys.readouterr()
+    assert captured.out == "" and "wrote /dev/fd/" in captured.err
+
+
+def test_a_run_index_write_that_fails_leaves_the_old_index_whole(tmp_path, monkeypatch):
+    """run.json is replaced whole: written in place, a run killed (or a disk filled) mid-write left
+    a truncated index that the report refused and a resume read as none."""
+    from calib import runfolder
+    from calib.errors import CalibError
+
+    run = _run_folder(tmp_path / "run", index={"notebooks": [{"calibration": "registers"}], "failed": []})
+    before = (run / "run.json").read_bytes()
+    real_replace = os.replace
+
+    def no_room(src, dst, *args, **kwargs):
+        if str(dst).endswith("run.json"):
+            raise OSError(28, "No space left on device")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", no_room)
+    with pytest.raises(CalibError, match="No space left"):
+        runfolder.write_index(run, {"notebooks": ["registers"]}, {}, device=DEVICE, software={"calib": "0"})
+    assert (run / "run.json").read_bytes() == before
+    assert not [p for p in run.iterdir() if p.name.startswith(".run.json")]
 
 
 def test_heuristics_evaluate_reports_bad_problem_lines_by_number(tmp_path, capsys):

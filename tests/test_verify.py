@@ -173,6 +173,17 @@ def test_no_profile_for_this_machine_is_bad_input():
         verify(None, backend="sim", seed=1)
 
 
+def test_a_broken_profile_named_by_calib_profile_is_refused_for_what_it_is(tmp_path, monkeypatch):
+    """$CALIB_PROFILE naming a truncated file was refused as "measured on another device
+    (simulated: False -> True)": the empty profile's fingerprint, not the file's fault."""
+    broken = tmp_path / "p.json"
+    broken.write_text('{"schema": "calib.profile/1", "params": {')
+    monkeypatch.setenv("CALIB_PROFILE", str(broken))
+    with pytest.raises(VerifyError, match="not valid JSON") as caught:
+        verify(None, backend="sim", seed=1)
+    assert "another device" not in str(caught.value) and str(broken) in str(caught.value)
+
+
 def test_the_default_lookup_finds_the_simulated_profile_and_a_missing_sentinel_is_reported(tmp_path,
                                                                                           monkeypatch,
                                                                                           references):
