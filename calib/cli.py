@@ -323,13 +323,13 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("worker", help="claim and measure jobs from the tuning database, one process per GPU")
     _add_backend_args(w)
     w.add_argument("--db", help=db_help)
-    w.add_argument("--session", type=cli_args.positive_int, action="append",
+    w.add_argument("--session", type=cli_args.row_id, action="append",
                    help="only these sessions (default: all of this device)")
-    w.add_argument("--max-retries", type=cli_args.non_negative_int, default=2)
+    w.add_argument("--max-retries", type=cli_args.retries, default=2)
     w.add_argument("--heartbeat-s", type=cli_args.heartbeat_s, default=5.0)
-    w.add_argument("--lease-timeout-s", type=cli_args.positive_float, default=60.0,
+    w.add_argument("--lease-timeout-s", type=cli_args.lease_s, default=60.0,
                    help=f"reclaim jobs silent for this long (at least {cli_args.MIN_HEARTBEATS_PER_LEASE} heartbeats)")
-    w.add_argument("--batch", type=cli_args.positive_int,
+    w.add_argument("--batch", type=cli_args.batch,
                    help="jobs claimed at once (default: 1 on a GPU, 32 simulated)")
     w.add_argument("--exit-when-empty", action="store_true", help="stop once no job is new or running")
     w.set_defaults(func=_cmd_worker)

@@ -48,6 +48,15 @@ finite_float = _at_least(float, -math.inf)
 heartbeat_s = _at_least(float, MIN_HEARTBEAT_S, what=" s")
 
 
+# Past these a worker's argument is a typo, and the database or the clock cannot hold it: a retry
+# count or a session id over 2**63 overflowed SQLite's INTEGER, a lease of 1e300 s the datetime
+# arithmetic, each a traceback from inside the worker loop.
+MAX_RETRIES = 1000
+MAX_BATCH = 10000  # jobs claimed at once: every id goes into one IN (...) of the claim
+MAX_LEASE_S = 365 * 86400.0
+MAX_ROW_ID = 2**63 - 1
+
+
 def float_at_least(low: float, *, what: str = ""):
     """A finite number at least ``low``."""
     return _at_least(float, low, what=what)
@@ -64,6 +73,12 @@ def at_most(check, high, *, what: str = ""):
 
     bounded.__name__ = check.__name__
     return bounded
+
+
+retries = at_most(non_negative_int, MAX_RETRIES)
+batch = at_most(positive_int, MAX_BATCH)
+lease_s = at_most(positive_float, MAX_LEASE_S, what=" s (a year)")
+row_id = at_most(positive_int, MAX_ROW_ID)
 
 
 def open_fraction(text: str) -> float:

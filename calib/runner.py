@@ -94,6 +94,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     t_start, run_started_at = time.perf_counter(), time.time()
     if suite not in SUITES:
         raise RunError(f"unknown suite {suite!r}: choose one of {', '.join(SUITES)}")
+    names = _notebook_names(notebooks)
     name, why = resolve_backend_name(backend, device)
     if name == "sim":
         spec_text = f"spec {sim_spec}" if sim_spec else "built-in H200-like spec"
@@ -123,12 +124,6 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     _make_run_dir(run_dir)
     run_dir = run_dir.resolve()
     label = _run_label(run_dir)
-    names = notebooks or NOTEBOOKS
-    for nb in names:
-        try:
-            calibrations.get(nb)
-        except calibrations.UnknownCalibration as exc:
-            raise RunError(str(exc)) from None
     echo(f"run folder: {run_dir}")
 
     # progress=False: an executed notebook would keep a stale text bar (and, without ipywidgets, a
@@ -168,58 +163,74 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
                 failed.append((nb, error))
                 echo(f"notebook {nb} failed: {error} (see {runfolder.notebook_path(run_dir, nb)})")
 
-    fragments, by_calibration = [], {}
+    # the run's end (merge, index, report) stops on a signal as the notebooks do: a Ctrl-C here was a traceback
+    with lifeline.guard(then=f"every notebook had ended; run the same command with --run-dir {run_dir} to "
+                             "write the profile (nothing is measured again)"):
+        fragments, by_calibration = [], {}
+        for nb in names:
+            path = runfolder.fragment_path(run_dir, nb)
+            if path.exists():
+                fragments.append(read_fragment(path))
+                by_calibration[nb] = fragments[-1]
+            elif nb not in dict(failed):
+                failed.append((nb, f"wrote no fragment ({path})"))
+        if not fragments:
+            raise RunError(f"no notebook produced parameters; see the executed notebooks in {run_dir}")
+
+        device_fp, software_fp = fragments[0]["device"], fragments[0]["software"]
+        for frag in fragments[1:]:
+            diffs = fp.hard_differences(frag["device"], device_fp)
+            if diffs:
+                raise RunError(f"fragments of one run disagree about the device: {'; '.join(diffs)}")
+        params = {}
+        for frag in fragments:
+            params.update(frag["params"])
+
+        target = Path(profile_path) if profile_path else user_profiles_dir() / f"{fp.device_slug(device_fp)}.json"
+        try:
+            merge_into(target, params, device=device_fp, software=software_fp)
+        except ProfileError as exc:
+            again = _rerun_command(run_dir, name, sim_spec, suite, notebooks and names)
+            raise RunError(f"{exc}. Nothing is lost: the measurements and fragments are kept in {run_dir}; "
+                           f"write them to another profile with `{again}`, which measures nothing again") from None
+        _link_sessions(fragments, target, run_dir)
+        # each notebook's phases (its fragment, if this run wrote it) against its wall time from the launch
+        timing = {nb: _phases.notebook_timing(by_calibration.get(nb), notebook_wall_s.get(nb),
+                                              run_started_at=run_started_at) for nb in names}
+        timing = {nb: t for nb, t in timing.items() if t}
+        summary = {"profile": str(target), "notebooks": names, "failed": failed,
+                   "simulated": bool(device_fp.get("simulated")),
+                   "wall_s": time.perf_counter() - t_start, "notebook_wall_s": notebook_wall_s,
+                   "finished": utc_now(), "critical_path": _phases.critical_path(timing),
+                   "notebook_timing": {nb: {k: v for k, v in t.items() if k != "spans"} for nb, t in timing.items()}}
+        if summary["simulated"]:
+            summary["note"] = SIMULATED_BANNER
+        index = runfolder.write_index(run_dir, summary, by_calibration, device=device_fp, software=software_fp)
+        this_run = [nb for nb in index["notebooks"] if nb["calibration"] in names]
+        phase_table = _phases.format_table(this_run, index.get("critical_path"))
+        try:  # the report is for people: a failure to write it is a warning, never a lost run
+            from .html_report import write_report
+
+            write_report(run_dir)
+        except Exception as exc:  # noqa: BLE001
+            echo(f"warning: could not write {run_dir / runfolder.REPORT}: {type(exc).__name__}: {exc}")
+        not_fitted = {name: f"{nb}: {why}" for nb, frag in by_calibration.items()
+                      for name, why in (frag.get("failures") or {}).items() if name not in params}
+        return RunResult(run_dir=run_dir, profile_path=target, params=params, simulated=summary["simulated"],
+                         failed=failed, wall_s=summary["wall_s"], phase_table=phase_table, not_fitted=not_fitted)
+
+
+def _notebook_names(notebooks) -> list[str]:
+    """The notebooks to run, each once, in the order given; an unknown name is a RunError before
+    any folder is made. A name given twice ran twice at once, two processes writing one notebook's
+    files."""
+    names = list(dict.fromkeys(notebooks or NOTEBOOKS))
     for nb in names:
-        path = runfolder.fragment_path(run_dir, nb)
-        if path.exists():
-            fragments.append(read_fragment(path))
-            by_calibration[nb] = fragments[-1]
-        elif nb not in dict(failed):
-            failed.append((nb, f"wrote no fragment ({path})"))
-    if not fragments:
-        raise RunError(f"no notebook produced parameters; see the executed notebooks in {run_dir}")
-
-    device_fp, software_fp = fragments[0]["device"], fragments[0]["software"]
-    for frag in fragments[1:]:
-        diffs = fp.hard_differences(frag["device"], device_fp)
-        if diffs:
-            raise RunError(f"fragments of one run disagree about the device: {'; '.join(diffs)}")
-    params = {}
-    for frag in fragments:
-        params.update(frag["params"])
-
-    target = Path(profile_path) if profile_path else user_profiles_dir() / f"{fp.device_slug(device_fp)}.json"
-    try:
-        merge_into(target, params, device=device_fp, software=software_fp)
-    except ProfileError as exc:
-        again = _rerun_command(run_dir, name, sim_spec, suite, notebooks)
-        raise RunError(f"{exc}. Nothing is lost: the measurements and fragments are kept in {run_dir}; "
-                       f"write them to another profile with `{again}`, which measures nothing again") from None
-    _link_sessions(fragments, target, run_dir)
-    # each notebook's phases (its fragment, if this run wrote it) against its wall time from the launch
-    timing = {nb: _phases.notebook_timing(by_calibration.get(nb), notebook_wall_s.get(nb),
-                                          run_started_at=run_started_at) for nb in names}
-    timing = {nb: t for nb, t in timing.items() if t}
-    summary = {"profile": str(target), "notebooks": names, "failed": failed,
-               "simulated": bool(device_fp.get("simulated")),
-               "wall_s": time.perf_counter() - t_start, "notebook_wall_s": notebook_wall_s,
-               "finished": utc_now(), "critical_path": _phases.critical_path(timing),
-               "notebook_timing": {nb: {k: v for k, v in t.items() if k != "spans"} for nb, t in timing.items()}}
-    if summary["simulated"]:
-        summary["note"] = SIMULATED_BANNER
-    index = runfolder.write_index(run_dir, summary, by_calibration, device=device_fp, software=software_fp)
-    this_run = [nb for nb in index["notebooks"] if nb["calibration"] in names]
-    phase_table = _phases.format_table(this_run, index.get("critical_path"))
-    try:  # the report is for people: a failure to write it is a warning, never a lost run
-        from .html_report import write_report
-
-        write_report(run_dir)
-    except Exception as exc:  # noqa: BLE001
-        echo(f"warning: could not write {run_dir / runfolder.REPORT}: {type(exc).__name__}: {exc}")
-    not_fitted = {name: f"{nb}: {why}" for nb, frag in by_calibration.items()
-                  for name, why in (frag.get("failures") or {}).items() if name not in params}
-    return RunResult(run_dir=run_dir, profile_path=target, params=params, simulated=summary["simulated"],
-                     failed=failed, wall_s=summary["wall_s"], phase_table=phase_table, not_fitted=not_fitted)
+        try:
+            calibrations.get(nb)
+        except calibrations.UnknownCalibration as exc:
+            raise RunError(str(exc)) from None
+    return names
 
 
 RUN_ID = ".calib-run-id"
@@ -229,21 +240,30 @@ def _run_label(run_dir: Path) -> str:
     """The session label of a run folder's sweeps: ``run:<id>``, the id kept in the folder. Keyed by
     the folder's path, as before, a folder moved or copied elsewhere (its database goes with it)
     measured everything again. A folder from before the id keeps its path label, so it resumes."""
-    import re
     import uuid
 
-    ident = run_dir / RUN_ID
+    label = _recorded_label(run_dir)
+    if label:
+        return label
+    text = uuid.uuid4().hex
+    (run_dir / RUN_ID).write_text(text + "\n")
+    return f"run:{text}"
+
+
+def _recorded_label(run_dir: Path) -> str | None:
+    """The label a run folder's sweeps already have (its id, else its path beside a database of
+    the older layout), or None for a new folder; reads only."""
+    import re
+
     try:
-        text = ident.read_text().strip()
+        text = (run_dir / RUN_ID).read_text().strip()
     except OSError:
         text = ""
     if re.fullmatch(r"[0-9a-f]{32}", text):
         return f"run:{text}"
     if (run_dir / runfolder.DATABASE).exists():
         return f"run:{run_dir}"
-    text = uuid.uuid4().hex
-    ident.write_text(text + "\n")
-    return f"run:{text}"
+    return None
 
 
 def _refuse_other_device(run_dir: Path, current: dict | None):
@@ -251,19 +271,57 @@ def _refuse_other_device(run_dir: Path, current: dict | None):
     refused before any notebook starts. Each notebook had failed on its own ("measured on another
     device"), the folder's index was then rewritten with every notebook failed, and the old run's
     profile written anyway; under another spec of the same device the old points were reused in
-    silence, and the profile held the old spec's values."""
-    if current is None or not (run_dir / runfolder.PROFILE).is_file():
+    silence, and the profile held the old spec's values. A folder whose run was stopped before
+    its profile was written is judged by its sweeps' session in the results database."""
+    if current is None:
         return
-    try:
-        recorded = json.loads((run_dir / runfolder.PROFILE).read_text()).get("device") or {}
-    except (OSError, ValueError, RecursionError, AttributeError):
-        return  # not readable: the notebooks' own checks speak for it
+    recorded = _recorded_device(run_dir)
+    if recorded is None:
+        return  # a new folder, or nothing readable: the notebooks' own checks speak for it
     diffs = fp.hard_differences(recorded, current)
     if recorded.get("simulated") and current.get("simulated"):
         diffs += fp.differences(recorded, current, ("sim_spec", "sim_spec_sha256"))
     if diffs:
         raise RunError(f"run folder {run_dir} was measured on another device ({'; '.join(diffs)}): resuming it "
                        "would mix the two; give another --run-dir (the folder is left as it is)")
+
+
+def _recorded_device(run_dir: Path) -> dict | None:
+    """The device a run folder was measured on: its profile's, else its session's."""
+    if (run_dir / runfolder.PROFILE).is_file():
+        try:
+            return json.loads((run_dir / runfolder.PROFILE).read_text()).get("device") or {}
+        except (OSError, ValueError, RecursionError, AttributeError):
+            return None
+    return _session_device(run_dir)
+
+
+def _session_device(run_dir: Path) -> dict | None:
+    """The device of the run folder's session in its results database (CALIB_DB_URL, else the
+    folder's SQLite file), or None where there is none yet or it cannot be read."""
+    from .store import sqlite_url
+
+    run_dir = run_dir.resolve()
+    label, database = _recorded_label(run_dir), run_dir / runfolder.DATABASE
+    url = default_url(database)
+    if label is None or (url == sqlite_url(database) and not database.is_file()):
+        return None
+    try:
+        from sqlalchemy import select
+        from sqlalchemy.orm import Session
+
+        from .store import Store
+        from .store.tables import SessionRow
+
+        engine = Store(url, readonly=True).engine
+        try:
+            with Session(engine) as s:
+                return s.scalars(select(SessionRow.device).where(SessionRow.label == label)
+                                 .order_by(SessionRow.id).limit(1)).first()
+        finally:
+            engine.dispose()
+    except Exception:  # noqa: BLE001 - an unreadable database: the notebooks' own checks speak for it
+        return None
 
 
 def _refuse_profile_target(path: Path):
@@ -343,18 +401,41 @@ def _execute_all(tasks, jobs: int, *, progress: bool, signal_dir: Path | None = 
         started.add(task[0])
         return _execute_in_process(task, signal_dir, turns.env(task[0]) if turns else {})
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
+    # the bar from the launch: made once the host-timed notebooks had measured, it said "0/11, 00:00"
+    # with notebooks already done and kept its clock 8 s behind the run's
+    with ThreadPoolExecutor(max_workers=jobs) as pool, \
+            tqdm(total=len(tasks), desc="notebooks", unit="nb", disable=not progress) as bar:
+        tick = _ticker(bar)
         futures = {t[0]: pool.submit(start, t) for t in first + rest}  # the pool starts them in this order
+        for future in futures.values():
+            future.add_done_callback(tick)
         if turns:
             turns.referee(futures, started, others=len(rest))
         if turns or not first:  # the host-timed notebooks have measured (or none runs): nothing here disturbs them
             _warm_the_end()
-        with tqdm(total=len(tasks), desc="notebooks", unit="nb", disable=not progress) as bar:
-            for task in tasks:
-                result = futures[task[0]].result()
-                bar.update(1)
-                bar.set_postfix_str(result[0])
-                yield result
+        for task in tasks:
+            yield futures[task[0]].result()
+        with tick.lock:
+            bar.n = len(tasks)  # a callback may still be on its way when the last result is in
+            bar.refresh()
+
+
+def _ticker(bar):
+    """A done-callback that counts a notebook on the bar as it ends, naming it. Counted as the
+    results were read, in the suite's order, the bar said 0 done while the host-timed notebook and
+    others had long finished, and then named as last done a notebook that ended first."""
+    import threading
+
+    lock = threading.Lock()
+
+    def tick(future):
+        with lock:
+            bar.update(1)
+            if not future.cancelled() and future.exception() is None:
+                bar.set_postfix_str(future.result()[0])
+
+    tick.lock = lock
+    return tick
 
 
 # What the run's end imports after the last notebook: the report (calib.html_report) opens the

@@ -98,19 +98,20 @@ class Worker:
                     break
                 time.sleep(idle_poll_s)
                 continue
-            self._measure(jobs, stats)
+            settled = self._measure(jobs, stats)
             if on_progress:
-                on_progress(len(jobs))
+                on_progress(settled)
             if max_jobs is not None and stats.completed >= max_jobs:
                 break
         return stats
 
-    def _measure(self, jobs: list[tuple[int, dict]], stats: WorkerStats):
+    def _measure(self, jobs: list[tuple[int, dict]], stats: WorkerStats) -> int:
         """A batch the backend measures in one call (the simulated device, vectorized; points a
         calibration times together) is begun as a whole. On a GPU the jobs of a batch are begun,
         measured and recorded one after another, so that a worker killed mid-batch leaves its
         measured points recorded and is charged a retry for the one point in flight only
-        (calib.store.dead): the others were never begun."""
+        (calib.store.dead): the others were never begun. Returns how many of the jobs are settled
+        (completed, or failed for good), which is what a progress bar may count."""
         from . import calibrations
 
         ids = [j for j, _ in jobs]
@@ -118,23 +119,28 @@ class Worker:
         with _Heartbeat(self.store, ids, self.name, self.heartbeat_s):
             if len(jobs) == 1 or self.backend.simulated or calibrations.measured_together(configs) is not None:
                 self.store.start(ids, self.name)  # a batch's claim begins none of them (Store.claim)
-                for job_id, outcome in zip(ids, self._outcomes(configs)):
-                    self._record(job_id, outcome, stats)
-                return
+                return sum(self._record(job_id, outcome, stats)
+                           for job_id, outcome in zip(ids, self._outcomes(configs)))
+            settled = 0
             for job_id, config in jobs:
                 self.store.start([job_id], self.name)
-                self._record(job_id, self._outcomes([config])[0], stats)
+                settled += self._record(job_id, self._outcomes([config])[0], stats)
+            return settled
 
-    def _record(self, job_id: int, outcome, stats: WorkerStats):
+    def _record(self, job_id: int, outcome, stats: WorkerStats) -> bool:
+        """Record one outcome; whether the job is settled. A failed attempt with retries left goes
+        back to the queue: counted as progress, it was counted again when measured again, and a
+        sweep whose points each failed once showed 100% with a third of its work still to do."""
         if isinstance(outcome, Exception):
             message = f"{type(outcome).__name__}: {outcome}"
             stats.failed_attempts += 1
             stats.errors.append(message)
-            self.store.fail(job_id, message, worker=self.name, max_retries=self.max_retries)
-        elif self.store.complete(job_id, outcome, worker=self.name, candidates=outcome.candidates):
+            return self.store.fail(job_id, message, worker=self.name, max_retries=self.max_retries) not in (None, "new")
+        if self.store.complete(job_id, outcome, worker=self.name, candidates=outcome.candidates):
             stats.completed += 1
-        else:
-            stats.lost += 1
+            return True
+        stats.lost += 1
+        return False
 
     def _outcomes(self, configs: list[dict]) -> list:
         """The backend's outcome per config. A measure call that raised (anything but the errors a

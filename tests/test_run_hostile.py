@@ -92,3 +92,63 @@ def test_a_profile_refused_after_the_notebooks_ran_keeps_the_run_and_says_how_to
     argv = shlex.split(command.replace("OTHER.json", str(tmp_path / "elsewhere.json")))[1:]
     assert cli.main(argv + ["--no-progress"]) == 0
     assert "launch.overhead_us" in json.loads((tmp_path / "elsewhere.json").read_text())["params"]
+
+
+def test_a_notebook_named_twice_runs_once(tmp_path, monkeypatch, capsys):
+    """``--notebook X --notebook X`` started two processes of X at once, both writing its executed
+    notebook, fragment and figures, and listed X twice in run.json."""
+    ran = []
+
+    def execute(tasks, jobs, *, progress, signal_dir=None):
+        ran.extend(t[0] for t in tasks)
+        yield from _fake_notebooks(tasks, jobs, progress=progress)
+
+    monkeypatch.setattr(runner, "_execute_all", execute)
+    assert cli.main(["run", "--backend", "sim", "--notebook", "launch_latency", "--notebook", "launch_latency",
+                     "--no-progress", "--run-dir", str(tmp_path / "run"), "--profile", str(tmp_path / "p.json")]) == 0
+    assert ran == ["launch_latency"]
+    index = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert [nb["calibration"] for nb in index["notebooks"]] == ["launch_latency"]
+
+
+def test_an_unknown_notebook_is_refused_before_a_run_folder_is_made(tmp_path, monkeypatch, capsys):
+    """The default run folder (a new one per run) was made, and left empty but for its id, before
+    the name was checked."""
+    monkeypatch.setattr(runner, "_execute_all", _no_notebooks)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setattr(runner, "default_runs_dir", lambda: tmp_path / "runs")
+    assert cli.main(["run", "--backend", "sim", "--notebook", "memory_bandwith", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "no calibration 'memory_bandwith'" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_ctrl_c_while_the_run_writes_its_profile_is_one_line_and_exit_130(tmp_path):
+    """Once every notebook had ended, nothing caught a Ctrl-C: the merge, index and report stopped
+    with a KeyboardInterrupt traceback. In a process of its own: the signal goes to it alone."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import os, signal, sys, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from calib import cli, runner
+        from test_run_hostile import _fake_notebooks
+
+        def interrupted(*args):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+
+        runner._execute_all = _fake_notebooks
+        runner._link_sessions = interrupted
+        sys.exit(cli.main(["run", "--backend", "sim", "--notebook", "launch_latency", "--no-progress",
+                           "--run-dir", {str(tmp_path / "run")!r}, "--profile", {str(tmp_path / "p.json")!r}]))
+    """)
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "HOME": str(tmp_path)}
+    env.pop("CALIB_DB_URL", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 130, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and "stopped by SIGINT" in out.stderr, out.stderr[-2000:]
+    assert f"--run-dir {(tmp_path / 'run').resolve()}" in out.stderr

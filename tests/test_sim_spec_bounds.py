@@ -90,6 +90,27 @@ def test_a_run_folder_is_not_resumed_under_another_spec_or_device(other, tmp_pat
     assert same["sim_spec_sha256"] == device["sim_spec_sha256"]
 
 
+def test_a_run_stopped_before_its_profile_is_not_resumed_under_another_spec(tmp_path, monkeypatch):
+    """Killed before it wrote profile.json, a run folder holds only its sweeps' session: resumed
+    under another spec, its points were reused in silence (planted 1000 GB/s, the profile said
+    4298). The session's device now stands for the folder's."""
+    from calib import runner
+    from calib.backends.sim import SimBackend
+    from calib.store import Store, sqlite_url
+
+    monkeypatch.delenv("CALIB_DB_URL", raising=False)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    store = Store(sqlite_url(run_dir / "results.sqlite"))
+    store.open_session(runner._run_label(run_dir.resolve()), *SimBackend().fingerprint())
+    store.engine.dispose()
+    spec = tmp_path / "other.json"
+    spec.write_text(json.dumps({"params": {"memory.dram.read_bandwidth_gbps": 1000.0}}))
+    with pytest.raises(runner.RunError, match="was measured on another device .*sim_spec_sha256"):
+        runner.run(backend="sim", sim_spec=spec, run_dir=run_dir, progress=False, echo=lambda *a: None)
+    runner._refuse_other_device(run_dir, SimBackend().fingerprint()[0])  # the same spec resumes
+
+
 def test_show_and_merge_name_a_file_nested_past_the_parser(tmp_path, capsys):
     from calib.cli import main
 
