@@ -347,14 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("status", help="jobs by state per session")
     st.add_argument("--db", help=db_help)
-    st.add_argument("--session", type=cli_args.positive_int, action="append")
+    st.add_argument("--session", type=cli_args.row_id, action="append")
     st.set_defaults(func=_cmd_status)
 
     wi = sub.add_parser("winners", help="export or import the fastest perf-config per config as TSV")
     wi.add_argument("action", choices=["export", "import"])
     wi.add_argument("file")
     wi.add_argument("--db", help=db_help)
-    wi.add_argument("--session", type=cli_args.positive_int)
+    wi.add_argument("--session", type=cli_args.row_id)
     wi.set_defaults(func=_cmd_winners)
 
     from .autotune.cli import add_cache_parser
