@@ -73,6 +73,19 @@ def hard_differences(recorded_device: dict | None, current_device: dict | None) 
     return differences(recorded_device, current_device, HARD_FIELDS)
 
 
+def measurement_differences(recorded_device: dict | None, current_device: dict | None) -> list[str]:
+    """What makes measurements of ``recorded_device`` not resumable on ``current_device``: the hard
+    fields, and for the simulated device its spec's content (``sim_spec_sha256``, where both record
+    it). Two specs of one simulated name plant different truths; a sweep or run folder resumed under
+    the other had reused the old points in silence. The spec's path is not compared: the same spec
+    moved or copied elsewhere measures the same."""
+    diffs = hard_differences(recorded_device, current_device)
+    recorded_device, current_device = recorded_device or {}, current_device or {}
+    if recorded_device.get("simulated") and current_device.get("simulated"):
+        diffs += differences(recorded_device, current_device, ("sim_spec_sha256",))
+    return diffs
+
+
 def soft_differences(recorded_software: dict | None, current_software: dict | None) -> list[str]:
     return differences(recorded_software, current_software, SOFT_FIELDS)
 

@@ -278,9 +278,7 @@ def _refuse_other_device(run_dir: Path, current: dict | None):
     recorded = _recorded_device(run_dir)
     if recorded is None:
         return  # a new folder, or nothing readable: the notebooks' own checks speak for it
-    diffs = fp.hard_differences(recorded, current)
-    if recorded.get("simulated") and current.get("simulated"):
-        diffs += fp.differences(recorded, current, ("sim_spec", "sim_spec_sha256"))
+    diffs = fp.measurement_differences(recorded, current)
     if diffs:
         raise RunError(f"run folder {run_dir} was measured on another device ({'; '.join(diffs)}): resuming it "
                        "would mix the two; give another --run-dir (the folder is left as it is)")

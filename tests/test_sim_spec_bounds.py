@@ -161,3 +161,29 @@ def test_a_run_folder_moved_elsewhere_resumes_without_measuring_again(tmp_path):
     a = json.loads((tmp_path / "a.json").read_text())["params"]
     b = json.loads((tmp_path / "b.json").read_text())["params"]
     assert {k: v["value"] for k, v in a.items()} == {k: v["value"] for k, v in b.items()}
+
+
+def test_a_sweep_label_or_worker_under_another_spec_is_another_device(tmp_path):
+    """A session of the simulated device is of its spec's content: reused under another spec, a
+    sweep had resumed the old points and a worker had claimed the old spec's jobs. The same spec
+    copied to another path is the same device."""
+    from calib.backends.sim import SimBackend
+    from calib.store import Store, StoreError, sqlite_url
+
+    store = Store(sqlite_url(tmp_path / "r.sqlite"))
+    base = SimBackend().fingerprint()
+    sid = store.open_session("L", *base)
+    spec = tmp_path / "other.json"
+    spec.write_text(json.dumps({"params": {"memory.dram.read_bandwidth_gbps": 1000.0}}))
+    other = SimBackend(spec).fingerprint()
+    with pytest.raises(StoreError, match="another device .*sim_spec_sha256"):
+        store.open_session("L", *other)
+    assert store.sessions_for_device(other[0]) == [] and store.sessions_for_device(base[0]) == [sid]
+    copy = tmp_path / "elsewhere" / "other.json"
+    copy.parent.mkdir()
+    copy.write_text(spec.read_text())
+    moved = SimBackend(copy).fingerprint()
+    assert moved[0]["sim_spec"] != other[0]["sim_spec"]
+    assert store.open_session("M", *other) == store.open_session("M", *moved)
+    assert store.open_session("L", *SimBackend(seed=7).fingerprint()) == sid  # a seed is a run's, not the device's
+    store.engine.dispose()

@@ -326,8 +326,9 @@ class Store:
     def open_session(self, label: str, device: dict, software: dict, *, reason: str | None = None,
                      ticket: str | None = None, container: str | None = None) -> int:
         """The session called ``label`` for this device, created if new: re-running a sweep under
-        the same label resumes it. A label already used by another device is an error."""
-        from ..fingerprint import hard_differences
+        the same label resumes it. A label already used by another device, or by the simulated
+        device under another spec, is an error (:func:`calib.fingerprint.measurement_differences`)."""
+        from ..fingerprint import measurement_differences
 
         container = container or os.environ.get("CALIB_CONTAINER")
         for what, value in (("label", label), ("reason", reason), ("ticket", ticket), ("container", container),
@@ -336,10 +337,10 @@ class Store:
         with Session(self.engine) as s, s.begin():
             rows = s.scalars(select(SessionRow).where(SessionRow.label == label).order_by(SessionRow.id)).all()
             for row in rows:
-                if not hard_differences(row.device, device):
+                if not measurement_differences(row.device, device):
                     return row.id
             if rows:
-                diffs = "; ".join(hard_differences(rows[-1].device, device))
+                diffs = "; ".join(measurement_differences(rows[-1].device, device))
                 raise StoreError(f"session {label!r} in {self.url} was measured on another device ({diffs})")
             row = SessionRow(label=label, device_name=str(device.get("name")), arch=device.get("compute_capability"),
                              sm_count=device.get("sm_count"), simulated=bool(device.get("simulated")),
@@ -353,12 +354,12 @@ class Store:
             return row.id
 
     def sessions_for_device(self, device: dict) -> list[int]:
-        """Sessions whose device this one can measure for (same hard fingerprint)."""
-        from ..fingerprint import hard_differences
+        """Sessions whose device this one can measure for (:func:`calib.fingerprint.measurement_differences`)."""
+        from ..fingerprint import measurement_differences
 
         with Session(self.engine) as s:
             rows = s.execute(select(SessionRow.id, SessionRow.device)).all()
-        return [sid for sid, dev in rows if not hard_differences(dev, device)]
+        return [sid for sid, dev in rows if not measurement_differences(dev, device)]
 
     def link_profile(self, session_id: int, profile_path: str | os.PathLike):
         with Session(self.engine) as s, s.begin():
