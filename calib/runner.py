@@ -87,7 +87,20 @@ class RunResult:
 def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "quick", profile_path=None,
         run_dir=None, notebooks: list[str] | None = None, parameters: dict | None = None, progress: bool = True,
         reason: str | None = None, jobs: int | str | None = "auto", echo=print) -> RunResult:
-    """Run a calibration suite; see the module docstring."""
+    """Run a calibration suite; see the module docstring. The run folder is held (:func:`_hold`)
+    until the run ends, however it ends."""
+    held: list = []
+    try:
+        return _run(backend=backend, sim_spec=sim_spec, device=device, suite=suite, profile_path=profile_path,
+                    run_dir=run_dir, notebooks=notebooks, parameters=parameters, progress=progress,
+                    reason=reason, jobs=jobs, echo=echo, held=held)
+    finally:
+        for lock in held:
+            lock.release()
+
+
+def _run(*, backend, sim_spec, device, suite, profile_path, run_dir, notebooks, parameters, progress, reason,
+         jobs, echo, held: list) -> RunResult:
     from ._optional import require
 
     require("papermill", "calib run")
@@ -123,6 +136,7 @@ def run(*, backend: str = "auto", sim_spec=None, device: int = 0, suite: str = "
     _refuse_other_device(run_dir, current_device)
     _make_run_dir(run_dir)
     run_dir = run_dir.resolve()
+    held.append(_hold(run_dir))
     label = _run_label(run_dir)
     echo(f"run folder: {run_dir}")
 
@@ -351,6 +365,26 @@ def _make_run_dir(run_dir: Path):
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise RunError(f"cannot make run folder {run_dir}: {exc.strerror or exc}") from None
+
+
+RUN_LOCK = ".calib-run.lock"
+
+
+def _hold(run_dir: Path):
+    """The run folder's lock, taken without waiting: a second `calib run` on one folder (a resume
+    typed while the first still runs) had deleted the first's notebook signals and written the same
+    notebooks, fragments and run.json beside it. An OS lock, so a killed run leaves none behind."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(run_dir / RUN_LOCK), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunError(f"run folder {run_dir} is in use by another calib run: wait for it to end (then run the "
+                       "same command to resume), or give another --run-dir") from None
+    except OSError as exc:
+        raise RunError(f"cannot lock run folder {run_dir}: {exc.strerror or exc}") from None
+    return lock
 
 
 def _rerun_command(run_dir: Path, backend: str, sim_spec, suite: str, notebooks) -> str:

@@ -152,3 +152,35 @@ def test_ctrl_c_while_the_run_writes_its_profile_is_one_line_and_exit_130(tmp_pa
     assert out.returncode == 130, out.stderr[-2000:]
     assert "Traceback" not in out.stderr and "stopped by SIGINT" in out.stderr, out.stderr[-2000:]
     assert f"--run-dir {(tmp_path / 'run').resolve()}" in out.stderr
+
+
+def test_a_second_run_on_a_folder_in_use_is_refused_and_the_first_keeps_it(tmp_path, monkeypatch, capsys):
+    """Two runs on one folder (a resume typed while the first still ran) had both written its
+    notebooks, fragments and run.json, the second deleting the first's notebook signals. The folder
+    is held by the run (another process's lock, here this test's) and freed when it ends."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    hold = ("import sys, filelock; l = filelock.FileLock(sys.argv[1]); l.acquire(); print('held', flush=True); "
+            "sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(run_dir / runner.RUN_LOCK)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(runner, "_execute_all", _no_notebooks)
+        code = cli.main(["run", "--backend", "sim", "--notebook", "launch_latency", "--no-progress",
+                         "--run-dir", str(run_dir), "--profile", str(tmp_path / "p.json")])
+        err = capsys.readouterr().err
+        assert code == 2 and "is in use by another calib run" in err and "Traceback" not in err
+        assert sorted(os.listdir(run_dir)) == [runner.RUN_LOCK]  # nothing of the first run's touched
+    finally:
+        holder.communicate("")
+    monkeypatch.setattr(runner, "_execute_all", _fake_notebooks)
+    code = cli.main(["run", "--backend", "sim", "--notebook", "launch_latency", "--no-progress",
+                     "--run-dir", str(run_dir), "--profile", str(tmp_path / "p.json")])
+    assert code == 0, capsys.readouterr().err
+    from filelock import FileLock
+
+    FileLock(str(run_dir / runner.RUN_LOCK), timeout=0).acquire()  # freed when the run ended
