@@ -243,3 +243,26 @@ def test_a_numpy_size_is_a_size_and_a_huge_one_is_named(prof):
     assert m.predict(np.int64(10**6)).time_us == pytest.approx(m.predict(10**6).time_us)
     with pytest.raises(HeuristicError, match="is no size"):
         m.predict(10**400)
+
+
+def test_a_model_without_a_dram_fill_saves_no_zero_time_and_never_pairs_with_an_older_fill(tmp_path):
+    """A model built by hand, or read from a profile of before the fill, has a fill of 0: saved, it
+    wrote a record of 0 us, which every later read refused with a warning. Saved where an earlier
+    model of the kernel left its fill, a merge would keep that fill beside the new numbers."""
+
+    from calib.profile import read_profile
+
+    device = {"name": "X", "simulated": True}
+    path = tmp_path / "p.json"
+    L.LearnedModel("k", 2.0, 1000.0, 2000.0, device=device).save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        prof = read_profile(path)
+        assert "learned.k.dram_fill_us" not in prof.params and prof.query("learned.k.t0_us", None) == 2.0
+    L.LearnedModel("j", 2.0, 1000.0, 2000.0, dram_fill_us=0.8, device=device).save(path)
+    before = path.read_bytes()
+    with pytest.raises(HeuristicError, match=r"no DRAM fill, and .*learned\.j\.dram_fill_us"):
+        L.LearnedModel("j", 3.0, 900.0, 1800.0, device=device).save(path)
+    assert path.read_bytes() == before
+    L.LearnedModel("j", 3.0, 900.0, 1800.0, dram_fill_us=0.5, device=device).save(path)
+    assert read_profile(path).query("learned.j.dram_fill_us", None) == 0.5

@@ -148,6 +148,8 @@ class LearnedModel:
             if ci and ci[0] <= v <= ci[1] and ci[0] > 0:
                 rec["ci95"] = [float(ci[0]), float(ci[1])]
             out[f"learned.{self.kernel}.{name}"] = rec
+        if not self.dram_fill_us > 0:  # no fill (a model of before it, or built by hand): a time of 0 is no
+            return out                  # measurement the profile keeps, and a missing fill reads as 0
         # the fill the fit subtracted, stored with the model so it predicts as fitted wherever it is read
         out[f"learned.{self.kernel}.dram_fill_us"] = {
             "value": float(self.dram_fill_us), "unit": "us", "n": self.n, "source": source,
@@ -173,13 +175,20 @@ class LearnedModel:
                                  f"({'; '.join(self.flags) or 'a poor fit'})")
         device = dict(getattr(profile, "device", None) or self.device or {})
         software = dict(getattr(profile, "software", None) or self.software or {})
-        if not device:
+        there = None
+        if not device or not self.dram_fill_us > 0:  # the file's device, or whether it holds a fill
             try:
                 there = read_profile(path)
             except (ProfileError, OSError):
                 there = None
-            if there is not None and there.device:
-                device, software = dict(there.device), dict(there.software or {})
+        if there is not None and not device and there.device:
+            device, software = dict(there.device), dict(there.software or {})
+        fill = f"learned.{self.kernel}.dram_fill_us"
+        if not self.dram_fill_us > 0 and there is not None and fill in there.params:
+            # a merge keeps what it is not given: the earlier model's fill would be read back with this one
+            raise HeuristicError(f"the learned model of {self.kernel} has no DRAM fill, and {path} holds an earlier "
+                                 f"model's ({fill}), which would be read back with it: fit it against the profile "
+                                 "(learn(..., profile=...)), or save it to another path")
         return merge_into(path, self.records(), device=device, software=software)
 
     @classmethod
