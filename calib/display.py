@@ -207,7 +207,8 @@ def linear_fit_html(fit) -> str:
     fields = [("model", "t_us = intercept_us + x · slope_us"), ("method", fit.method), ("points", fit.n),
               ("intercept (us)", f"{fit.intercept_us:.6g} [{fit.intercept_ci95[0]:.6g}, {fit.intercept_ci95[1]:.6g}]"),
               ("slope (us per unit of x)", f"{fit.slope_us:.6g} [{fit.slope_ci95[0]:.6g}, {fit.slope_ci95[1]:.6g}]"),
-              ("rate (per s)", f"{fit.rate_per_s:.6g}"), ("R²", f"{fit.r2:.6g}"),
+              ("rate (per s)", "{:.6g} [{:.6g}, {:.6g}]".format(fit.rate_per_s, *fit.rate_ci95_per_s)),
+              ("R²", f"{fit.r2:.6g}"),
               ("flags", "; ".join(fit.flags) or "none")]
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in fields)
     return f'{STYLE}<table class="calib-params"><caption>linear time fit</caption>{body}</table>'

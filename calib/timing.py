@@ -219,14 +219,28 @@ class Measurement:
 
     def __post_init__(self):
         self.samples_us = np.asarray(self.samples_us, dtype=float)
+        if self.samples_us.ndim != 1:
+            raise ValueError(f"a measurement's samples are a 1-D array, got shape {self.samples_us.shape}")
         if self.set_aside is not None:
             self.set_aside = np.asarray(self.set_aside, dtype=bool)
             if self.set_aside.shape != self.samples_us.shape:
                 raise ValueError(f"set_aside has {self.set_aside.size} entries for {self.samples_us.size} samples")
 
     @cached_property
+    def _use(self) -> np.ndarray:
+        """Mask of the samples every statistic uses: not set aside, and finite. A NaN or an infinite
+        sample (a timer that failed) is no time at all: one NaN had made the point's time NaN, with
+        no warning, and one inf its mean and IQR."""
+        use = np.isfinite(self.samples_us)
+        return use if self.set_aside is None else use & ~self.set_aside
+
+    @cached_property
     def _used(self) -> np.ndarray:
-        return self.samples_us if self.set_aside is None else self.samples_us[~self.set_aside]
+        return self.samples_us[self._use]
+
+    @property
+    def n_nonfinite(self) -> int:
+        return int(np.count_nonzero(~np.isfinite(self.samples_us)))
 
     @property
     def n_set_aside(self) -> int:
@@ -238,18 +252,20 @@ class Measurement:
 
     @cached_property
     def median_us(self) -> float:
-        return float(np.median(self._used))
+        return float(np.median(self._used)) if self._used.size else float("nan")
 
     @cached_property
     def mean_us(self) -> float:
-        return float(np.mean(self._used))
+        return float(np.mean(self._used)) if self._used.size else float("nan")
 
     @cached_property
     def inliers(self) -> np.ndarray:
         """Mask of samples within OUTLIER_MADS robust sds of the median (the robust sd is 1.4826
         MAD, at least MIN_ROBUST_SD_REL of the median)."""
-        used = np.ones(self.n, dtype=bool) if self.set_aside is None else ~self.set_aside
-        dev = np.abs(self.samples_us - self.median_us)
+        used = self._use
+        if not used.any():
+            return used
+        dev = np.abs(np.where(used, self.samples_us, self.median_us) - self.median_us)
         sd = max(1.4826 * float(np.median(dev[used])), MIN_ROBUST_SD_REL * abs(self.median_us))
         if sd == 0:
             return used
@@ -262,7 +278,8 @@ class Measurement:
         The median is robust but biased when interference only ever slows a kernel down (a few
         percent of slow samples shift it up by a fraction of the noise); the mean after removing
         the gross outliers is nearly unbiased for the undisturbed time and has less variance."""
-        return float(np.mean(self.samples_us[self.inliers]))
+        kept = self.samples_us[self.inliers]
+        return float(np.mean(kept)) if kept.size else float("nan")
 
     @cached_property
     def se_us(self) -> float:
@@ -273,16 +290,18 @@ class Measurement:
 
     @property
     def n_outliers(self) -> int:
-        return int(self.n - self.n_set_aside - np.count_nonzero(self.inliers))
+        return int(np.count_nonzero(self._use) - np.count_nonzero(self.inliers))
 
     @cached_property
     def iqr_us(self) -> float:
+        if not self._used.size:
+            return float("nan")
         q1, q3 = np.percentile(self._used, [25, 75])
         return float(q3 - q1)
 
     @cached_property
     def median_rel_ci95(self) -> float:
-        return float(median_rel_halfwidth(np.sort(self._used)))
+        return float(median_rel_halfwidth(np.sort(self._used))) if self._used.size else float("nan")
 
     @property
     def throttled(self) -> bool:
@@ -291,6 +310,11 @@ class Measurement:
     @property
     def warnings(self) -> list[str]:
         out = []
+        if not self.n:  # a candidate that gave none (the tuner rejects it): its statistics are NaN
+            out.append("empty: no samples, no time")
+        if self.n_nonfinite:
+            out.append(f"non-finite: {self.n_nonfinite} of {self.n} samples are NaN or infinite, left out"
+                       + ("; no sample is left to give a time" if not self._used.size else ""))
         if self.n and self.iqr_us > NOISY_IQR_FRACTION * self.median_us:
             out.append(f"noisy: IQR is {self.iqr_us / self.median_us:.0%} of the median")
         if self.throttled:

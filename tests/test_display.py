@@ -111,3 +111,11 @@ def test_plot_helpers_close_their_figures_and_save_figure_returns_nothing(tmp_pa
     assert cal.save_figure(resid, "residuals-x") is None
     assert (tmp_path / "residuals-x.png").stat().st_size > 1000
     assert any(t.get_text() == "SIMULATED DEVICE" for t in resid.texts)
+
+
+def test_a_linear_fit_html_table_gives_the_rate_with_its_ci():
+    """The rate is what a fit reports; its table had given it without the CI it has."""
+    x = np.linspace(1e8, 1e9, 8)
+    fit = fit_linear_time(x, (5 + x / 4e6) * (1 + 0.01 * np.random.default_rng(0).standard_normal(8)))
+    lo, hi = fit.rate_ci95_per_s
+    assert f"<th>rate (per s)</th><td>{fit.rate_per_s:.6g} [{lo:.6g}, {hi:.6g}]</td>" in fit._repr_html_()

@@ -106,3 +106,22 @@ def test_a_host_delayed_sample_is_cut_even_when_the_timer_ties_most_samples_at_t
     assert m.n_outliers == 4 and m.center_us == pytest.approx(36.55, abs=0.05)  # 47.4, 37.8, 37.4, 131.9
     steady = Measurement([10.0] * 30)
     assert steady.n_outliers == 0 and steady.center_us == 10.0
+
+
+def test_a_measurement_without_samples_has_nan_statistics_and_says_so():
+    """Its IQR had raised IndexError from inside numpy, so its summary, warnings and repr did."""
+    m = Measurement([])
+    summary = m.summary()
+    assert summary["n_samples"] == 0 and np.isnan(summary["time_us"]) and np.isnan(summary["iqr_us"])
+    assert m.warnings == ["empty: no samples, no time"] and "n=0" in repr(m)
+
+
+def test_nan_and_infinite_samples_are_left_out_and_said_so():
+    """A timer that fails gives NaN or inf: one NaN had made the point's time NaN with no warning,
+    and one inf its mean and IQR."""
+    m = Measurement([10.0, np.nan, 10.2, np.inf, 9.8, 10.0])
+    assert m.center_us == pytest.approx(10.0) and m.mean_us == pytest.approx(10.0)
+    assert np.isfinite(m.iqr_us) and np.isfinite(m.median_rel_ci95) and m.n_outliers == 0
+    assert any(w.startswith("non-finite: 2 of 6 samples") for w in m.warnings), m.warnings
+    dead = Measurement([np.nan, np.nan])
+    assert np.isnan(dead.center_us) and "no sample is left" in " ".join(dead.warnings)

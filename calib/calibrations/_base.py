@@ -88,5 +88,6 @@ def line_figures(result, title, axes: dict) -> dict:
         slug = name.replace(".", "_")
         figs[f"line-{slug}"] = f.plot_line(title=title(name), x_label=x_label, x_scale=x_scale,
                                            record=result.records.get(name))
-        figs[f"residuals-{slug}"] = f.plot_residuals(title=title(name), x_label=x_label, x_scale=x_scale)
+        figs[f"residuals-{slug}"] = f.plot_residuals(title=title(name), x_label=x_label, x_scale=x_scale,
+                                                     record=result.records.get(name))
     return figs

@@ -177,7 +177,8 @@ def figures(frame, result, *, title) -> dict:
         f = result.models.get(param_name(kind))
         if f is not None:
             figs["residuals-" + param_name(kind).replace(".", "_")] = f.plot_residuals(
-                title=title(param_name(kind)), x_label="bytes moved (GB)", x_scale=BYTES_PER_GB)
+                title=title(param_name(kind)), x_label="bytes moved (GB)", x_scale=BYTES_PER_GB,
+                record=result.records.get(param_name(kind)))
     figs["residuals-by-width"] = plot_width_residuals(result.models, title=title)
     return figs
 

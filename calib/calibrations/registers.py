@@ -205,7 +205,9 @@ def plot(table, records: dict, *, title: str, line=None):
     if rec:
         n = np.asarray(table["buffered"], dtype=float)
         slope = rec["diagnostics"]["registers_per_element"]
-        ax.plot(n, rec["value"] + slope * n, "-", lw=1, label=f"{rec['value']:.1f} + {slope:.2f}·N")
+        # the estimate with its CI, as every figure states it (the label had the value alone)
+        ci = f" (95% CI {rec['ci95'][0]:.1f} to {rec['ci95'][1]:.1f})" if rec.get("ci95") else " (no CI)"
+        ax.plot(n, rec["value"] + slope * n, "-", lw=1, label=f"{rec['value']:.1f}{ci} + {slope:.2f}·N")
     bracket = records.get(MAX_PERSISTENT)
     if bracket and bracket.get("ci95"):  # a bracket, not a CI: between the last clean N and the first spill
         lo, hi = bracket["ci95"]
