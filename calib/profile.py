@@ -638,9 +638,9 @@ def _file_type(mode: int) -> str:
     return "not a regular file"
 
 
-def _read_bytes(path: Path, what: str = "profile") -> bytes:
-    """The bytes of ``path`` if it is a regular file of at most MAX_PROFILE_BYTES; ``what`` names it
-    in the messages (a profile, a fragment, a problems file: each is read this way).
+def _read_bytes(path: Path, what: str = "profile", max_bytes: int = MAX_PROFILE_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``max_bytes``; ``what`` names it in
+    the messages (a profile, a fragment, a problems file, an autotune cache file: each is read this way).
 
     The file is opened with O_NONBLOCK and its type taken from the opened descriptor (fstat),
     not from a stat of the path before opening: opening a FIFO for reading blocks until a writer
@@ -663,18 +663,18 @@ def _read_bytes(path: Path, what: str = "profile") -> bytes:
         if not _stat.S_ISREG(st.st_mode):
             raise ProfileError(f"{what} {path} is {_file_type(st.st_mode)}, not a file: give the path of a "
                                "regular file")
-        if st.st_size > MAX_PROFILE_BYTES:
-            raise ProfileError(f"{what} {path} is {st.st_size} bytes, more than the {MAX_PROFILE_BYTES} a "
+        if st.st_size > max_bytes:
+            raise ProfileError(f"{what} {path} is {st.st_size} bytes, more than the {max_bytes} a "
                                f"{what} may have")
         chunks, size = [], 0
-        while size <= MAX_PROFILE_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_PROFILE_BYTES + 1 - size))
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
-        if size > MAX_PROFILE_BYTES:
-            raise ProfileError(f"{what} {path} holds more than the {MAX_PROFILE_BYTES} bytes a {what} may have")
+        if size > max_bytes:
+            raise ProfileError(f"{what} {path} holds more than the {max_bytes} bytes a {what} may have")
         return b"".join(chunks)
     except OSError as exc:
         raise ProfileError(f"cannot read {what} {path}: {exc.strerror or exc}") from None

@@ -158,3 +158,22 @@ def sim_prof():
     from calib.heuristics.simdevice import sim_profile
 
     return sim_profile(SimBackend())
+
+
+@pytest.fixture
+def deadline():
+    """Fail a test that blocks (a FIFO opened for reading waits for a writer for ever) rather than
+    hang the suite: SIGALRM interrupts the blocked call after 10 s."""
+    import signal
+
+    if not hasattr(signal, "setitimer"):
+        pytest.skip("needs SIGALRM")
+
+    def alarm(signum, frame):
+        raise TimeoutError("blocked for 10 s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, 10)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)

@@ -202,19 +202,30 @@ def test_a_version_part_that_is_not_a_number_is_compared_as_text():
     assert P.software_differences(P.q_of(_profile(cupy="14")), {"cupy": "14.0.2"}) == []  # "14" is 14.0
 
 
-def test_an_evaluation_records_the_corrections_it_ran_without():
-    """The warning is given once a process; the evaluation's JSON and table say, every time, which
-    corrections its predictions and choices went without (and the choices then are the plain model's)."""
+def _seed56_evaluations(change, times: int = 1) -> tuple:
+    """Split-K's seed-56 recording replayed with the shipped H200 profile, then ``times`` more with
+    ``change(profile)`` applied to it."""
     from calib.heuristics import evaluate as E
 
     path = R / "2026-12-04-h200-heuristics-s12c4" / "splitk-seed56" / "heuristics-matmul_splitk.json"
     shipped = load_profile(ROOT / "profiles" / "nvidia-h200.json", device=None, software=None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        same = E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)
-        shipped.software = dict(shipped.software, cuda_runtime="12.8")
-        other = E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)
-        again = E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)  # no second warning
+        out = [E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)]
+        change(shipped)
+        out += [E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped) for _ in range(times)]
+    return tuple(out)
+
+
+def test_an_evaluation_records_the_corrections_it_ran_without():
+    """The warning is given once a process; the evaluation's JSON and table say, every time, which
+    corrections its predictions and choices went without (and the choices then are the plain model's)."""
+    from calib.heuristics import evaluate as E
+
+    def other_cuda(profile):
+        profile.software = dict(profile.software, cuda_runtime="12.8")
+
+    same, other, again = _seed56_evaluations(other_cuda, times=2)  # again: no second warning
     assert same["corrections_declined"] == []
     assert other["corrections_declined"] == again["corrections_declined"]
     assert {c.split(":")[0] for c in other["corrections_declined"]} == {
@@ -303,13 +314,10 @@ def test_recordings_of_different_architectures_make_no_one_correction(tmp_path):
 def test_an_evaluation_records_the_corrections_it_applied_across_gpu_models():
     from calib.heuristics import evaluate as E
 
-    path = R / "2026-12-04-h200-heuristics-s12c4" / "splitk-seed56" / "heuristics-matmul_splitk.json"
-    shipped = load_profile(ROOT / "profiles" / "nvidia-h200.json", device=None, software=None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        same = E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)
-        shipped.device = dict(shipped.device, name="NVIDIA H100 80GB HBM3")
-        other = E.evaluate("matmul_splitk", backend=f"replay:{path}", profile=shipped)
+    def h100(profile):
+        profile.device = dict(profile.device, name="NVIDIA H100 80GB HBM3")
+
+    same, other = _seed56_evaluations(h100)
     assert same["corrections_borrowed"] == [] and "another GPU of the same architecture" not in E.to_markdown(same)
     assert len(other["corrections_borrowed"]) == 4 and other["corrections_declined"] == []
     assert all(c.endswith("fitted on NVIDIA H200, applied on NVIDIA H100 80GB HBM3 (compute capability 9.0)")

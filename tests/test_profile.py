@@ -580,27 +580,6 @@ def test_a_profile_in_an_unreadable_folder_is_refused_for_a_user_who_cannot_ente
         shutil.rmtree(base)
 
 
-class _Hang(Exception):
-    pass
-
-
-@pytest.fixture
-def deadline():
-    """Fail a test that blocks (a FIFO opened for reading waits for a writer forever) rather than
-    hang the suite: SIGALRM interrupts the blocked call."""
-    if not hasattr(signal, "setitimer"):
-        pytest.skip("needs SIGALRM")
-
-    def alarm(signum, frame):
-        raise _Hang("blocked for 10 s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, 10)
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, old)
-
-
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 def test_special_files_are_refused_without_reading_them(tmp_path, deadline, monkeypatch):
     # before: a FIFO blocked every route forever; /dev/zero was read until memory ran out

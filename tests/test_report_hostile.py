@@ -4,7 +4,6 @@ corrupt fragment or run folder say why in one line and exit 2, never with a trac
 
 import json
 import os
-import signal
 
 import pytest
 
@@ -96,23 +95,6 @@ def test_a_sound_synthetic_run_folder_still_reports_and_shows(tmp_path, capsys):
     assert cli.main(["report", str(run)]) == 0 and (run / "report.html").is_file()
     assert cli.main(["show", str(run), "--no-device-check"]) == 0
     assert "memory.dram.read_bandwidth_gbps" in capsys.readouterr().out
-
-
-@pytest.fixture
-def deadline():
-    """Fail a test that blocks (a FIFO opened for reading waits for a writer for ever) rather than
-    hang the suite: SIGALRM interrupts the blocked call."""
-    if not hasattr(signal, "setitimer"):
-        pytest.skip("needs SIGALRM")
-
-    def alarm(signum, frame):
-        raise TimeoutError("blocked for 10 s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, 10)
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, old)
 
 
 def test_a_figure_that_is_a_folder_a_fifo_or_a_link_loop_costs_only_itself(tmp_path, deadline):

@@ -18,8 +18,6 @@ importing the same file twice changes nothing.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from dataclasses import dataclass, field
 
 from ..errors import CalibError
@@ -35,45 +33,18 @@ class UnreadableFile(CalibError):
     """A cache file that cannot be read at all (not a regular file, too large, not there)."""
 
 
-def _file_type(mode: int) -> str:
-    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return what
-    return "not a regular file"
-
-
 def file_lines(path) -> list[bytes]:
     """The lines of ``path``, a regular file of at most MAX_FILE_BYTES, undecoded (each line is
-    decoded on its own, so that a stray byte costs its line, not the file).
+    decoded on its own, so that a stray byte costs its line, not the file). Read as a profile is
+    (calib.profile._read_bytes: opened without blocking, judged by what was opened, read to the
+    bound): a FIFO with no writer had hung an import (and every select of a family, named like a
+    shipped file), and ``/dev/zero`` had been read until memory ran out."""
+    from ..profile import ProfileError, _read_bytes
 
-    Opened with O_NONBLOCK and judged by fstat of what was opened: a FIFO with no writer had hung an
-    import (and every select of a family, named like a shipped file), and ``/dev/zero`` had been
-    read until memory ran out. The read stops one byte past the bound."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     try:
-        fd = os.open(path, flags)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        raise UnreadableFile(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise UnreadableFile(f"{path} is {_file_type(mode)}, not a file: give the path of a .jsonl file")
-        chunks, size = [], 0
-        while size <= MAX_FILE_BYTES:
-            chunk = os.read(fd, min(1 << 20, MAX_FILE_BYTES + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise UnreadableFile(f"cannot read {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if size > MAX_FILE_BYTES:
-        raise UnreadableFile(f"{path} holds more than the {MAX_FILE_BYTES:,} bytes a cache file may have")
-    return b"".join(chunks).split(b"\n")
+        return _read_bytes(path, "autotune cache file", max_bytes=MAX_FILE_BYTES).split(b"\n")
+    except ProfileError as exc:  # missing, a folder, a FIFO or device, too big, unreadable
+        raise UnreadableFile(str(exc)) from None
 
 
 def _unstorable(obj) -> bool:
