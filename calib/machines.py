@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,22 +70,24 @@ def path_beside(profile_path) -> Path:
 def read_machines(path) -> dict[str, Spread]:
     """The spreads of a machines file, by parameter name; only parameters with at least
     ``MIN_MACHINES`` values. Raises ``MachinesError`` naming what is wrong."""
+    from .profile import ProfileError, _read_bytes
+
     path = Path(path)
     where = str(path)
-    if not path.is_file():
-        raise MachinesError(f"{where}: not a regular file")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise MachinesError(f"{where}: {path.stat().st_size} bytes, more than a machines file holds "
-                            f"({MAX_FILE_BYTES})")
+    try:  # as a profile is read: a regular file, opened without blocking, to a bound
+        data = _read_bytes(path, "machines file", max_bytes=MAX_FILE_BYTES)
+    except ProfileError as exc:
+        raise MachinesError(str(exc)) from None
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise MachinesError(f"{where}: not valid JSON ({exc})") from None
+        doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: [[[[... past the parser
+        raise MachinesError(f"{where}: not valid JSON ({str(exc)[:120] or type(exc).__name__})") from None
     if not isinstance(doc, dict):
         raise MachinesError(f"{where}: the top level is {type(doc).__name__}, not an object")
     schema = doc.get("schema")
     prefix = SCHEMA_NAME + "/"
-    if not isinstance(schema, str) or not schema.startswith(prefix) or not schema[len(prefix):].isdigit():
+    if not isinstance(schema, str) or not schema.startswith(prefix) or not re.fullmatch(r"[0-9]{1,9}",
+                                                                                      schema[len(prefix):]):
         raise MachinesError(f"{where}: 'schema' is {schema!r}, not {SCHEMA_NAME}/<version>")
     version = int(schema[len(prefix):])
     if version > SCHEMA_VERSION:
@@ -105,8 +108,7 @@ def read_machines(path) -> dict[str, Spread]:
             if not isinstance(entry, dict):
                 raise MachinesError(f"{where}: {field} is not an object")
             value = entry.get("value")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value <= 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
                 raise MachinesError(f"{where}: {field}.value is {value!r}, not a positive finite number")
             measured = entry.get("measured")
             if not isinstance(measured, str) or not measured:
@@ -119,6 +121,15 @@ def read_machines(path) -> dict[str, Spread]:
         if len(values) >= MIN_MACHINES:
             out[name] = Spread(name, tuple(values), min(dates), max(dates))
     return out
+
+
+def _finite(value) -> bool:
+    """Whether a JSON number is a finite float: an integer of 400 digits is valid JSON, and
+    math.isfinite raised OverflowError on it."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _no_constant(token: str):

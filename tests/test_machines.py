@@ -62,13 +62,28 @@ def test_a_malformed_machines_file_is_refused_naming_the_field(tmp_path, doc, pr
 def test_a_directory_a_fifo_or_a_huge_file_is_refused_without_reading_it(tmp_path):
     import os
 
-    with pytest.raises(MachinesError, match="not a regular file"):
+    with pytest.raises(MachinesError, match="is a directory, not a file"):
         read_machines(tmp_path)
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)
-    with pytest.raises(MachinesError, match="not a regular file"):
+    with pytest.raises(MachinesError, match="is a FIFO"):
         read_machines(fifo)  # would block on open
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (2 << 20))
-    with pytest.raises(MachinesError, match="more than a machines file holds"):
+    with pytest.raises(MachinesError, match="a machines file may have"):
         read_machines(big)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("[" * 100000 + "]" * 100000, "not valid JSON"),  # nested past the parser: a RecursionError
+    ('{"schema": "calib.machines/\u00b2", "params": {}}', "schema"),  # a digit to str.isdigit, not to int()
+    ('{"schema": "calib.machines/1", "params": {"p": [{"value": 1' + "0" * 400 + ', "measured": "2026-12-01", '
+     '"source": "x"}]}}', "not a positive finite number"),
+])
+def test_a_hostile_machines_file_is_one_error_naming_it(tmp_path, text, why):
+    path = tmp_path / "m.machines.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(MachinesError, match=why) as caught:
+        read_machines(path)
+    assert str(path) in str(caught.value)
+
