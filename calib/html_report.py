@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 from pathlib import Path
 
@@ -84,6 +85,25 @@ def _figure_params(stem: str, calibration: str, params: list[str]) -> list[str]:
     return list(params)
 
 
+def _database_to_read(named: str, local: Path) -> str | None:
+    """The URL to read a fragment's session from, or None. The run folder's own SQLite file (also
+    where the folder was moved or copied), or the database the user names (``CALIB_DB_URL``, which
+    the fragment records with its password hidden); never another: the report of a run folder from
+    elsewhere had connected to whatever host its fragments named, or opened any file they pointed at."""
+    if named.startswith("sqlite") and local.exists():
+        return f"sqlite:///{local}"
+    configured = os.environ.get("CALIB_DB_URL")
+    if not configured:
+        return None
+    try:
+        from sqlalchemy.engine import make_url
+
+        shown = make_url(configured).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable CALIB_DB_URL names nothing here
+        return None
+    return configured if shown == named else None
+
+
 def _conditions(run: runfolder.RunFolder) -> tuple[dict, str | None]:
     """Per calibration: results, throttled results, clock ranges, throttle reasons and the timing
     protocols the results database recorded for the run's sessions."""
@@ -103,9 +123,12 @@ def _conditions(run: runfolder.RunFolder) -> tuple[dict, str | None]:
 
     out: dict = {}
     problems = []
-    for url, by_session in sessions.items():
-        if url.startswith("sqlite") and local.exists():
-            url = f"sqlite:///{local}"  # the folder's own database, also where the folder was moved or copied
+    for named, by_session in sessions.items():
+        url = _database_to_read(named, local)
+        if url is None:
+            problems.append(f"{named}: not read (a database neither in the run folder nor named by CALIB_DB_URL; "
+                            "set CALIB_DB_URL to it to include what it recorded)")
+            continue
         try:
             store = Store(url, readonly=True)
             q = (select(ResultRow.session_id, ConfigRow.experiment, ResultRow.throttled, ResultRow.protocol,
@@ -115,7 +138,7 @@ def _conditions(run: runfolder.RunFolder) -> tuple[dict, str | None]:
             with Session(store.engine) as s:
                 rows = s.execute(q).all()
         except Exception as exc:  # noqa: BLE001 - the report still shows everything else
-            problems.append(f"{url}: {type(exc).__name__}: {exc}")
+            problems.append(f"{named}: {type(exc).__name__}: {str(exc).replace(url, named)}")
             continue
         for sid, experiment, throttled, protocol, clocks in rows:
             # a run's notebooks share one session (its label): the config's experiment is the calibration
@@ -343,9 +366,11 @@ def build_report(run_dir) -> str:
     parts.append('<h2 id="conditions">Clocks and throttle reasons seen</h2>')
     parts.append(_conditions_html(conditions, problem, cals))
     parts.append('<h2 id="protocol-section">Timing protocol</h2>')
+    from .timing import OUTLIER_MADS
+
     parts.append("<p>Each sweep point is timed until the 95% CI of its median is within the stopping rule's "
-                 "precision, or its time budget is spent; its estimate is the mean of the samples within 5 robust "
-                 "SDs of the median. The settings the results recorded:</p>")
+                 "precision, or its time budget is spent; its estimate is the mean of the samples within "
+                 f"{OUTLIER_MADS:g} robust SDs of the median. The settings the results recorded:</p>")
     parts.append(_protocol_html(conditions, cals))
     parts.append("</body></html>")
     return "\n".join(parts)

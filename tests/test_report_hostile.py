@@ -159,3 +159,31 @@ def test_heuristics_evaluate_reports_bad_problem_lines_by_number(tmp_path, capsy
     f.write_bytes(b"\xff\xfe")
     assert cli.main(["heuristics", "evaluate", "--kind", "pointwise", "--problems", str(f), "--backend", "sim"]) == 2
     assert "not UTF-8" in capsys.readouterr().err
+
+
+def test_the_report_reads_no_database_the_user_did_not_name(tmp_path, monkeypatch):
+    """A run folder from elsewhere names its sessions' databases; the report read whatever they
+    said: it connected to the host of a PostgreSQL URL, or opened an SQLite file anywhere. It reads
+    the folder's own file, or CALIB_DB_URL's database, and says what it left unread."""
+    from calib import html_report
+
+    opened = []
+
+    class Refused:
+        def __init__(self, url, **kw):
+            opened.append(url)
+            raise RuntimeError("no such database")
+
+    monkeypatch.setattr("calib.store.Store", Refused)
+    monkeypatch.delenv("CALIB_DB_URL", raising=False)
+    elsewhere = "postgresql+psycopg://someone:***@db.example.org/calib"
+    run = _run_folder(tmp_path / "run", fragment=_fragment(session={"id": 1, "db": elsewhere}))
+    html = build_report(run)
+    assert opened == [] and "db.example.org/calib: not read" in html
+    monkeypatch.setenv("CALIB_DB_URL", "postgresql+psycopg://someone:secret@db.example.org/calib")
+    html = build_report(run)  # the database the user names: read with its password, never shown
+    assert opened == ["postgresql+psycopg://someone:secret@db.example.org/calib"]
+    assert "secret" not in html and "no such database" in html
+    other = _run_folder(tmp_path / "other", fragment=_fragment(session={"id": 1, "db": "sqlite:////etc/x.db"}))
+    opened.clear()
+    assert "x.db: not read" in html_report.build_report(other) and opened == []
