@@ -468,3 +468,17 @@ def test_a_session_label_that_is_no_text_is_refused_with_its_name(tmp_path):
     device, software = SimBackend().fingerprint()
     with pytest.raises(StoreError, match="ticket"):
         store.open_session("fine", device, software, ticket="T-\ud800")
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--label", ""], "non-empty name"), (["--label", "   "], "non-empty name"),
+    (["--label", "L", "--reason", "r" * 129], "reason is 129 characters long; the results database keeps at most 128"),
+    (["--label", "x" * 513], "label is 513 characters"),
+])
+def test_a_session_text_no_column_keeps_is_refused_before_anything_is_written(tmp_path, args, said):
+    """An empty label named no session to resume; text longer than its column SQLite kept and
+    PostgreSQL refused part way through a fleet's sweep (the widths are the tables')."""
+    url = sqlite_url(tmp_path / "db.sqlite")
+    out = _calib("sweep", "--db", url, "--backend", "sim", *args, "--no-progress")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and said in out.stderr, out.stderr
+    assert Store(url).sessions_for_device(SimBackend().fingerprint()[0]) == []

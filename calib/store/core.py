@@ -331,9 +331,13 @@ class Store:
         from ..fingerprint import measurement_differences
 
         container = container or os.environ.get("CALIB_CONTAINER")
-        for what, value in (("label", label), ("reason", reason), ("ticket", ticket), ("container", container),
-                            ("device name", device.get("name"))):
-            _check_text(what, value)
+        if not isinstance(label, str) or not label.strip():
+            raise StoreError(f"a session label is a non-empty name, not {label!r:.40}")
+        columns = SessionRow.__table__.c
+        for what, column, value in (("label", "label", label), ("reason", "reason", reason),
+                                    ("ticket", "ticket", ticket), ("container", "container", container),
+                                    ("device name", "device_name", device.get("name"))):
+            _check_text(what, value, columns[column].type.length)
         with Session(self.engine) as s, s.begin():
             rows = s.scalars(select(SessionRow).where(SessionRow.label == label).order_by(SessionRow.id)).all()
             for row in rows:
@@ -595,11 +599,15 @@ class Store:
         return n == 0
 
 
-def _check_text(what: str, value) -> None:
+def _check_text(what: str, value, most: int) -> None:
     """Refuse text no database stores: an argument with bytes that are not UTF-8 reaches Python as
-    lone surrogates (``--label $'run-\\xff'``), and the insert failed with a traceback."""
+    lone surrogates (``--label $'run-\\xff'``), and the insert failed with a traceback; text longer
+    than its column SQLite stores and PostgreSQL refuses, part way through a fleet's sweep."""
     if not isinstance(value, str):
         return
+    if len(value) > most:
+        raise StoreError(f"the session's {what} is {len(value)} characters long; the results database keeps at most "
+                         f"{most}")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
