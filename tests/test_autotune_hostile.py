@@ -392,3 +392,22 @@ def test_an_export_leaves_out_damaged_samples_and_keeps_the_rest(stored, url, tm
     assert jsonl.export(AutotuneDB(url), out) == 2
     rep = jsonl.import_file(AutotuneDB(sqlite_url(tmp_path / "fresh.sqlite")), out)
     assert rep.new == 2 and rep.read.problems == []
+
+
+def test_a_cache_of_a_newer_calibs_schema_is_named_as_such_not_a_missing_column(url, tmp_path, capsys):
+    """The cache's fast read goes around the Store (and its schema check): a newer calib's renamed
+    column had read as "no such column"."""
+    import sqlite3
+
+    from calib.cli import main
+    from calib.sqlite_files import path_of
+
+    run(url, workload(1))
+    conn = sqlite3.connect(path_of(url))
+    conn.execute("UPDATE alembic_version SET version_num = '9999_future'")
+    conn.execute("ALTER TABLE autotune_entry RENAME COLUMN winner TO champion")
+    conn.commit()
+    conn.close()
+    assert main(["cache", "list", "--db", url]) == 2
+    err = capsys.readouterr().err
+    assert "newer calib" in err and "no such column" not in err and "Traceback" not in err

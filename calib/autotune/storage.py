@@ -85,7 +85,9 @@ def parse_rows(rows, origin="user") -> tuple[list[Entry], list[tuple[dict, str]]
 
 def _read_sqlite(path: str, sql: str, params: dict):
     """The rows of ``sql`` read by sqlite3 itself (fast, no SQLAlchemy); None where the database has
-    no table yet (the Store creates it). StoreError names a file that is no database.
+    no table yet (the Store creates it) or not the columns this calib reads (a newer calib's: the
+    Store says so, where "no such column" had been the message). StoreError names a file that is no
+    database.
 
     A database in a folder nobody may write (a read-only mount, a shared cache) may fail to open: in
     WAL mode a reader needs ``-shm`` beside the file, so every read, a hit included, failed with
@@ -108,8 +110,8 @@ def _read_sqlite(path: str, sql: str, params: dict):
                 conn.close()
         except sqlite3.DatabaseError as exc:  # OperationalError ("no such table") is one too
             text = str(exc)
-            if "no such table" in text:
-                return None
+            if "no such table" in text or "no such column" in text:
+                return None  # the Store reads it: it creates the tables, or names a newer calib's schema
             if i + 1 < len(attempts) and "unable to open" in text:
                 continue
             from ..store import StoreError
