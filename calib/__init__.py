@@ -25,6 +25,11 @@ __all__ = ["__version__", "query", "record", "default_profile", "reset", "load_p
            "MissingParameterError", "CalibWarning", "ProfileWarning", "ParameterWarning", "parameter_frame"]
 
 
+# The public subpackages, imported on first use of ``calib.<name>``: ``import calib`` stays light,
+# yet ``calib.autotune.descriptor_key(d)`` after a bare ``import calib`` works, as the README writes it.
+_SUBMODULES = frozenset({"autotune", "heuristics", "ops", "predict"})
+
+
 def __getattr__(name):
     # parameter_frame needs pandas, which `import calib` must not load: calib.display is imported
     # on first use of the name
@@ -32,6 +37,10 @@ def __getattr__(name):
         from .display import parameter_frame
 
         return parameter_frame
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'calib' has no attribute {name!r}")
 
 _default: Profile | None = None

@@ -536,13 +536,18 @@ class Profile:
         except TypeError:
             raise ProfileError(f"{self._where()}: parameter names are strings, not {type(name).__name__} "
                                f"{_show(name)}") from None
+        except Exception as exc:  # noqa: BLE001 - a name whose __hash__ fails is still only a bad name
+            raise ProfileError(f"{self._where()}: cannot look up {_show(name)} ({type(exc).__name__}: "
+                               f"{str(exc)[:200]})") from exc
         fault = self._faults.get(name)
         if fault is not None:
             raise ProfileError(f"{self._where()}: {fault}")
         if not isinstance(name, str):
             raise ProfileError(f"{self._where()}: parameter names are strings, not {type(name).__name__} "
                                f"{_show(name)}")
-        raise MissingParameterError(f"{self._where()} has no parameter {name!r}{_explain_missing(name, self.params)}")
+        # _show: a name built at run time can be a megabyte long; the message stays one line
+        raise MissingParameterError(f"{self._where()} has no parameter {_show(name)}"
+                                    f"{_explain_missing(name, self.params)}")
 
     def query(self, name: str, default=None, *, strict: bool = False):
         """The value of ``name``, or ``default`` (warning once per name) when it cannot be had.

@@ -412,6 +412,30 @@ def test_the_decorator_form(url):
     assert t.entry("double", (21,)).timings["wrong"].status == "wrong" and double.__doc__ == "Twice x."
 
 
+def test_the_decorator_keeps_the_functions_identity_and_caches_per_descriptor_with_kwargs(url):
+    """functools.wraps in full: help(), inspect.signature and tools that read __qualname__ or
+    __module__ see the decorated function; a keyword argument is part of the problem it describes."""
+    import inspect
+
+    t, _ = tuner(url)
+    impl = {"only": lambda x, *, scale=1: x * scale}
+
+    def timer(thunk):
+        thunk()
+        return __import__("calib.timing").timing.Measurement([1.0] * 10)
+
+    @autotune.tuned("scaled", impl, describe=lambda x, *, scale=1: {"x": x, "scale": scale}, autotuner=lambda: t,
+                    timer=timer)
+    def scaled(x: int, *, scale: int = 1) -> int:
+        """x times scale."""
+
+    assert scaled.__qualname__.endswith("<locals>.scaled") and scaled.__module__ == __name__
+    assert scaled.__doc__ == "x times scale." and str(inspect.signature(scaled)) == "(x: int, *, scale: int = 1) -> int"
+    assert scaled.__annotations__ == {"x": int, "scale": int, "return": int}
+    assert scaled(3, scale=2) == 6 and scaled(x=3, scale=2) == 6 and scaled(3) == 3
+    assert t.counters.misses == 2 and t.counters.hits == 1
+
+
 def test_importing_autotune_is_light():
     code = ("import sys, calib.autotune; bad = [m for m in ('numpy', 'sqlalchemy', 'cupy') if m in sys.modules]; "
             "assert not bad, bad")

@@ -50,3 +50,12 @@ def test_import_calib_leaves_the_rest_of_the_stack_and_the_file_helpers_for_late
     # the lookup of the user folder or a missing name need (bench/query_speed.py measures the time)
     mods = _modules_after("import calib")
     assert not {"scipy", "cupy", "platformdirs", "filelock", "difflib", "calib.catalogue"} & mods
+
+
+def test_public_subpackages_are_attributes_of_calib_yet_not_imported_by_it():
+    """The README writes ``import calib`` then ``calib.autotune.descriptor_key(d)``: the public
+    subpackages load on first use of their name, and ``import calib`` alone stays light."""
+    mods = _modules_after("import calib\nassert calib.autotune.descriptor_key({'n': 1})\n"
+                          "assert calib.heuristics.choose and calib.predict.predict and calib.ops")
+    assert not {"cupy", "numpy", "pandas", "statsmodels", "sqlalchemy", "matplotlib"} & mods
+    assert "calib.autotune" not in _modules_after("import calib")

@@ -344,6 +344,33 @@ def test_query_never_raises_for_odd_names(fixture_path):
         p.query(None, 4.0, strict=True)
 
 
+def test_a_huge_missing_name_gives_a_one_line_warning_not_a_copy_of_the_name(fixture_path):
+    """A name built at run time (a bug in the caller) can be a megabyte long: the warning and the
+    strict error stay short, and still show how the name starts."""
+    p = read_profile(fixture_path("good_h200.json"))
+    name = "memory." + "x" * 1_000_000
+    with pytest.warns(ParameterWarning) as caught:
+        assert p.query(name, 2.0) == 2.0
+    message = str(caught[0].message)
+    assert len(message) < 1000 and "'memory.xxx" in message and "using the default 2.0" in message
+    with pytest.raises(MissingParameterError) as exc:
+        p.record(name)
+    assert len(str(exc.value)) < 1000
+
+
+def test_record_of_a_name_whose_hash_fails_raises_profile_error_only(fixture_path):
+    """``record`` promises ProfileError and nothing else where ``query`` would fall back."""
+    class BadHash(str):
+        def __hash__(self):
+            raise RuntimeError("no hash")
+
+    p = read_profile(fixture_path("good_h200.json"))
+    with pytest.raises(ProfileError, match="cannot look up .*RuntimeError: no hash"):
+        p.record(BadHash(READ))
+    with pytest.warns(ParameterWarning, match="RuntimeError: no hash"):
+        assert p.query(BadHash(READ), 5.0) == 5.0
+
+
 def test_a_gpus_profile_on_a_machine_whose_gpu_cannot_be_identified_warns_and_serves(fixture_path, monkeypatch):
     """A heuristic developer may read an H200's profile on a laptop; it is served, but not silently
     as if it had been checked against this machine (it had only been noted). A check skipped on

@@ -22,8 +22,8 @@ Counters (``hits``, ``misses``, ``benchmarks``, ``stale``, plus ``checks``, ``fa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
-
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -530,7 +530,9 @@ def tuned(family: str, candidates: dict, *, describe: Callable, autotuner: Calla
                 tuner.counters.hits += 1
             return candidates[sel.choice](*args, **kw)
 
-        call.__name__, call.__doc__, call.__wrapped__ = fn.__name__, fn.__doc__, fn
+        # update_wrapper, not just the name and doc: help(), inspect.signature, pickling by qualified
+        # name and a tool that reads __module__ must all see the decorated function
+        functools.update_wrapper(call, fn)
         call.candidates = candidates
         return call
 
