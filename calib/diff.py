@@ -22,7 +22,8 @@ On a GPU that times to ±0.1%, nearly every difference between two runs is signi
 material one is worth a heuristic's attention. For CI pipelines, ``--fail-on significant`` exits 1
 when any parameter in both profiles differs significantly, ``--fail-on material`` when any differs
 both significantly and materially (a large ratio within the noise is no evidence of a change;
-where neither record has a CI, material alone decides).
+where neither record has a CI, material alone decides). A yes/no parameter that flipped has no
+noise to be within and no ratio to fall short of: it fails under either.
 """
 
 from __future__ import annotations
@@ -161,7 +162,8 @@ def diff_profiles(a, b, *, threshold: float = DEFAULT_THRESHOLD, alpha: float = 
     doc["summary"] = {"compared": sum(1 for r in rows if "ratio" in r),
                       "significant": sum(1 for r in rows if r.get("significant")),
                       "material": sum(1 for r in rows if r.get("material")),
-                      "significant_and_material": sum(1 for r in rows if r.get("significant") and r.get("material"))}
+                      "significant_and_material": sum(1 for r in rows if r.get("significant") and r.get("material")),
+                      "flipped": sum(1 for r in rows if r.get("changed"))}
     return _finite(doc)
 
 
@@ -187,14 +189,18 @@ def failed(doc: dict, fail_on: str | None) -> list[str]:
     beyond the measurements' uncertainty) or ``material`` (significant and beyond the threshold:
     a change within the noise is no change, however large its ratio). Under either, a parameter of
     both profiles that could not be compared (NaN or infinite in one, units that differ) fails too:
-    a gate that passed on a corrupt profile would be a check that cannot fail."""
+    a gate that passed on a corrupt profile would be a check that cannot fail. A yes/no parameter
+    that flipped fails under either: it is exact, so the change is beyond any noise, and a flip
+    is as large as a change of it can be."""
     if not fail_on:
         return []
     broken = [r["name"] for r in doc["params"] if "unusable" in r]  # doc["not_compared"] names them too
+    flipped = [r["name"] for r in doc["params"] if r.get("changed")]
     if fail_on == "significant":
-        return [r["name"] for r in doc["params"] if r.get("significant")] + broken
+        return [r["name"] for r in doc["params"] if r.get("significant")] + flipped + broken
     if fail_on == "material":
-        return [r["name"] for r in doc["params"] if r.get("material") and r.get("significant") is not False] + broken
+        return ([r["name"] for r in doc["params"] if r.get("material") and r.get("significant") is not False]
+                + flipped + broken)
     raise DiffError(f"--fail-on takes significant or material, not {fail_on!r}")
 
 
@@ -272,7 +278,9 @@ def format_diff(doc: dict) -> str:
             out.append(f"\nonly in {side}: " + ", ".join(doc[key]))
     s = doc["summary"]
     out.append(f"\n{s['compared']} compared: {s['significant']} significant (p < {doc['alpha']:g}), "
-               f"{s['material']} material (beyond {doc['threshold']:.0%}), {s['significant_and_material']} both.")
+               f"{s['material']} material (beyond {doc['threshold']:.0%}), {s['significant_and_material']} both."
+               + (f" {s['flipped']} yes/no parameter{'s' if s['flipped'] != 1 else ''} changed."
+                  if s.get("flipped") else ""))
     return "\n".join(out)
 
 

@@ -128,6 +128,20 @@ def test_fail_on_gives_exit_1_for_ci_pipelines(tmp_path, capsys):
     assert main(["diff", str(a), str(b), "--fail-on", "material", "--threshold", "0.1"]) == 0
 
 
+def test_a_flipped_yes_no_parameter_fails_either_gate(tmp_path, capsys):
+    flag = "memory.l2.persisting_supported"
+    a = _write(tmp_path / "a.json", {READ: _rec(4700.0, 0.01), flag: {"value": True}})
+    b = _write(tmp_path / "b.json", {READ: _rec(4700.0, 0.01), flag: {"value": False}})
+    for gate in ("significant", "material"):
+        assert main(["diff", str(a), str(b), "--fail-on", gate]) == 1
+        out = capsys.readouterr().out
+        assert f"--fail-on {gate}: {flag}" in out and "1 yes/no parameter changed" in out
+    assert diff_profiles(a, b)["summary"]["flipped"] == 1
+    same = _write(tmp_path / "c.json", {READ: _rec(4700.0, 0.01), flag: {"value": True}})
+    assert main(["diff", str(a), str(same), "--fail-on", "material"]) == 0
+    assert "yes/no" not in capsys.readouterr().out
+
+
 def test_json_output_is_valid_json_without_nan(tmp_path, capsys):
     a, b = _two(tmp_path)
     exact = _write(tmp_path / "exact.json", {READ: {"value": 4700.0, "unit": "GB/s"},
