@@ -117,7 +117,13 @@ class Calibration:
                 frame, report = self.sweep(configs, desc=self.id, wait_for_workers=wait_for_workers, release=True)
                 print(report)
             self.release_gpu()
-            frame.to_parquet(self.output_dir / f"{self.id}.parquet")
+            # replaced whole: written in place, a full disk left a truncated file under the frame's
+            # name and an error that named no file; now the old file or the new one, no temporary
+            # file left, and the notebook's error says which file could not be written and why
+            from . import atomic
+            from .runfolder import RunFolderError
+
+            atomic.replace(self.output_dir / f"{self.id}.parquet", frame.to_parquet(), RunFolderError)
         return frame
 
     def fit(self, data, *, robust: bool = False):

@@ -615,8 +615,47 @@ def _end_kernel(km) -> None:
         pass
 
 
+class _WholeSaves:
+    """papermill's I/O handler for one executed notebook, registered for its path alone (papermill's
+    own extension point, ``papermill_io.register``): each of papermill's saves (at the start, as
+    every cell starts and ends, at the end) replaces the file whole (calib.atomic). Written in place
+    (``open(path, "w")``), a save that failed half-way (a full disk) left a truncated notebook, no
+    JSON at all, where the previous save had been. Now the file is the last save that succeeded, so
+    it still shows how far the notebook got, no temporary file is left, and the error names it."""
+
+    def read(self, path):  # papermill reads its input, not its output: unless the two are one file
+        return Path(path).read_text(encoding="utf-8")
+
+    def listdir(self, path):
+        return [os.path.join(path, name) for name in os.listdir(path)]
+
+    def write(self, buf, path):
+        from . import atomic
+
+        atomic.replace(path, buf.encode("utf-8"), RunError)
+
+    def pretty_path(self, path):
+        return path
+
+
+_SAVED_WHOLE: set = set()  # the executed notebooks this process has registered _WholeSaves for
+
+
+def _save_whole(output: str):
+    from papermill.iorw import papermill_io
+
+    if output not in _SAVED_WHOLE:
+        # papermill's I/O for a path goes to the newest handler whose scheme begins it: here, this path's
+        papermill_io.register(output, _WholeSaves())
+        _SAVED_WHOLE.add(output)
+
+
 def _execute_attempts(papermill, nb, source, output, parameters, cwd, progress_bar, first_kernel=None):
     error = None
+    # absolute: papermill runs the notebook in cwd, and its own handler wrote a relative path from
+    # where it was called, as this does
+    output = os.path.abspath(output)
+    _save_whole(output)
     for attempt in (1, 2):
         km = first_kernel if attempt == 1 and first_kernel is not None else _start_kernel(cwd)
         try:
@@ -628,6 +667,9 @@ def _execute_attempts(papermill, nb, source, output, parameters, cwd, progress_b
             break
         except papermill.PapermillExecutionError as exc:  # a cell raised: the notebook's own error
             error = f"{exc.ename}: {exc.evalue}"
+            break
+        except RunError as exc:  # a save of the executed notebook failed (_WholeSaves): so would a second attempt's
+            error = str(exc)
             break
         except Exception as exc:  # noqa: BLE001 - the kernel died or never started
             # One of five kernels started together died at start on an H200 host (2026-11-29; its

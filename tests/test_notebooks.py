@@ -289,6 +289,80 @@ def test_a_notebook_runs_in_the_kernel_started_for_it_which_is_gone_when_it_retu
     assert not pid_alive(int(pid))
 
 
+# A write past the size limit fails as on a full disk (EFBIG for ENOSPC) once the file has grown to it,
+# in this process and in its kernel, which inherits the limit; SIGXFSZ ignored, so that the write fails
+# with an error rather than killing the process.
+_UNDER_A_SIZE_LIMIT = """
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+def fill_the_disk(limit):
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+"""
+
+
+@pytest.mark.slow
+def test_an_executed_notebook_whose_save_fails_half_way_keeps_its_last_whole_save_and_names_it(tmp_path):
+    """papermill saves the executed notebook as it runs (before and after each cell). Written in
+    place, the save that met the full disk left a truncated file, no notebook at all, and the run
+    said only "OSError: [Errno 27] File too large" and started the notebook again. Each save now
+    replaces the file whole: it keeps the last save that succeeded (showing how far the notebook
+    got), no temporary file is left, and the one attempt's error names the file and the reason."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell("x = 1", metadata={"tags": ["parameters"]}),
+                             new_code_cell("print('measured', x)"),
+                             new_code_cell("print('b' * 200_000)")])  # this cell's save outgrows the limit
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    source, output = tmp_path / "in.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, source)
+    script = _UNDER_A_SIZE_LIMIT + f"""
+import json
+from calib import runner
+fill_the_disk(64 * 1024)
+print(json.dumps(runner._execute_one("t", {str(source)!r}, {str(output)!r}, {{"x": 7}}, {str(tmp_path)!r}, False)))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    saved = nbformat.read(output, as_version=4)  # whole: the save before the one that failed
+    assert [o.get("text") for c in saved.cells for o in c.get("outputs", [])] == ["measured 7\n"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.ipynb", "out.ipynb"]
+    name, error, _ = json.loads(proc.stdout.splitlines()[-1])
+    assert error == f"cannot write {output}: File too large (it is unchanged)", error
+    assert "starting it again" not in proc.stderr  # a second attempt meets the same full disk
+
+
+def test_a_frame_whose_write_fails_half_way_leaves_the_old_parquet_whole_and_names_it(tmp_path):
+    """A notebook's tidy frame (``Calibration.measure``) went to its parquet file in place: a disk
+    that filled as it was written left a truncated file under its name, and the notebook's error
+    ("[Errno 27] Error writing bytes to file") named none. The file is now replaced whole."""
+    out, db = tmp_path / "out", tmp_path / "results.sqlite"
+    path = out / "launch_latency.parquet"
+    script = _UNDER_A_SIZE_LIMIT + f"""
+from pathlib import Path
+from calib.calibration import Calibration
+cal = Calibration("launch_latency", backend="sim", output_dir={str(out)!r}, db="sqlite:///{db}", progress=False)
+cal.measure("quick")
+size, release = Path({str(path)!r}).stat().st_size, cal.release_gpu
+
+def release_then_fill():  # measured again (nothing left to measure), the disk fills as the frame is written
+    release()
+    fill_the_disk(size // 2)
+
+cal.release_gpu = release_then_fill
+try:
+    cal.measure("quick")
+except Exception as exc:
+    print(f"{{type(exc).__name__}}: {{exc}}")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    frame = pd.read_parquet(path)  # the first measure's file, whole
+    assert len(frame) > 0 and frame["simulated"].all()
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+    assert proc.stdout.splitlines()[-1] == f"RunFolderError: cannot write {path}: File too large (it is unchanged)"
+
+
 @pytest.mark.slow
 def test_a_notebook_that_fails_does_not_stop_the_others_running_beside_it(tmp_path):
     """Two notebooks in flight, each in a process of its own: the one whose cell raises is
