@@ -273,18 +273,19 @@ class FitResult:
 
 
 def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False,
-                    cov_type: str = "nonrobust") -> LinearTimeFit:
+                    cov_type: str = "nonrobust", fitting: str | None = None) -> LinearTimeFit:
     """Fit ``t_us = t0 + x * slope`` by weighted least squares (or Huber's M-estimator).
 
     ``se_us``: each point's standard error from its own samples, if known; only used to test for
-    lack of fit, never to weight (a point that happened to be quiet must not dominate)."""
+    lack of fit, never to weight (a point that happened to be quiet must not dominate).
+    ``fitting``: what is being fitted (a parameter's name), for the message of points refused."""
     # the estimators themselves, not statsmodels.api (the same classes, which also imports its
     # formulas, time series and graphics): 0.3-0.5 s less in every notebook's fit phase on a 2-core
     # CPU host (2026-12-02), and the last notebook's fit ends the run
     from statsmodels.regression.linear_model import OLS, WLS
     from statsmodels.tools.tools import add_constant
 
-    x, t_us, n_samples = _checked_points(x, t_us, n_samples)
+    x, t_us, n_samples = _checked_points(x, t_us, n_samples, fitting)
     scale = float(np.max(np.abs(x)))  # conditioning: x in [0, 1]
     design = add_constant(x / scale, has_constant="add")
     # ... and t in (0, 1]: the estimates scale with t exactly, and weights of 1/t² stay representable
@@ -359,28 +360,58 @@ def _huber(t_w, design_w):
             return model.fit()
 
 
-def _checked_points(x, t_us, n_samples):
+def _checked_points(x, t_us, n_samples, fitting: str | None = None):
     """The points as float arrays, or a ValueError that says what is wrong with them: a NaN or an
     infinite time (a broken timer, a point whose every sample was cut) or a time of zero had ended
     in statsmodels' "SVD did not converge" or "exog contains inf or nans", which name no point."""
     x = np.asarray(x, dtype=float)
     t_us = np.asarray(t_us, dtype=float)
     n_samples = np.ones_like(x) if n_samples is None else np.asarray(n_samples, dtype=float)
+    said = f"{fitting}: " if fitting else ""
     if not x.shape == t_us.shape == n_samples.shape or x.ndim != 1:
-        raise ValueError(f"x, t_us and n_samples must be 1-D and of one length, got shapes {x.shape}, "
+        raise ValueError(f"{said}x, t_us and n_samples must be 1-D and of one length, got shapes {x.shape}, "
                          f"{t_us.shape}, {n_samples.shape}")
     if x.size < 3:
-        raise ValueError(f"a linear time model needs at least 3 points, got {x.size}")
-    for what, values, ok in (("an x that is not finite", x, np.isfinite(x)),
-                             ("a time that is not a finite positive number", t_us, np.isfinite(t_us) & (t_us > 0)),
-                             ("a sample count that is not positive", n_samples,
-                              np.isfinite(n_samples) & (n_samples > 0))):
+        raise ValueError(f"{said}a linear time model needs at least 3 points, got {x.size}")
+    refuse_unusable_points({"x": x, "time_us": t_us, "n_samples": n_samples}, positive=("time_us", "n_samples"),
+                           fitting=fitting)
+    if np.unique(x).size < 2:
+        raise ValueError(f"{said}all points have the same size: the slope is not identified")
+    return x, t_us, n_samples
+
+
+# How refuse_unusable_points calls a column in its message ("1 of 10 points have a time that ...");
+# any other column by its own name.
+_POINT_LABELS = {"x": "an x", "time_us": "a time", "t_us": "a time", "n_samples": "a sample count"}
+
+
+def refuse_unusable_points(columns: dict, *, positive=(), fitting: str | None = None) -> None:
+    """ValueError naming the first point that no fit can use, or nothing: ``columns`` maps a name
+    to one value per point (x, times, sample counts, a nonlinear model's several inputs), each of
+    which must be finite, and those named in ``positive`` (times, sample counts, whatever the model
+    divides by or takes the logarithm of) above zero too. The message says how many points fail
+    which check, then the first such point by its position among the points given, with all of its
+    values, and, given ``fitting`` (the parameter or calibration being fitted), begins with it.
+
+    Every fit of measured points checks them here: the linear fits (:func:`fit_linear_time`) and the
+    nonlinear ones (the L2 ramp, the occupancy model), where a NaN had come out as scipy's "array
+    must not contain infs or NaNs" or "no start converged", and a time of zero as a fit."""
+    arrays = {name: np.asarray(values, dtype=float).ravel() for name, values in columns.items()}
+    n = len(next(iter(arrays.values()))) if arrays else 0
+    for name, values in arrays.items():
+        if values.size != n:
+            raise ValueError(f"{fitting + ': ' if fitting else ''}{name} has {values.size} values for {n} points")
+    for name, values in arrays.items():
+        must = name in positive
+        ok = np.isfinite(values) & (values > 0) if must else np.isfinite(values)
         if not ok.all():
             bad = np.flatnonzero(~ok)
-            raise ValueError(f"{bad.size} of {x.size} points have {what} (point {bad[0]}: {values[bad[0]]:g})")
-    if np.unique(x).size < 2:
-        raise ValueError("all points have the same size: the slope is not identified")
-    return x, t_us, n_samples
+            i = int(bad[0])
+            label = _POINT_LABELS.get(name) or f"{'an' if name[:1] in tuple('aeiou') else 'a'} {name}"
+            what = f"{label} that is not {'a finite positive number' if must else 'finite'}"
+            point = ", ".join(f"{k} {v[i]:.10g}" for k, v in arrays.items())
+            raise ValueError(f"{fitting + ': ' if fitting else ''}{bad.size} of {n} points have {what} "
+                             f"(point {i}: {point})")
 
 
 def weighted_r2(t_us, *, weighted_residuals, weights) -> float:
@@ -390,12 +421,13 @@ def weighted_r2(t_us, *, weighted_residuals, weights) -> float:
     return 1.0 - float(np.sum(np.asarray(weighted_residuals) ** 2)) / ss_tot if ss_tot > 0 else float("nan")
 
 
-def fit_timed(group, x, *, robust: bool = False) -> LinearTimeFit:
+def fit_timed(group, x, *, robust: bool = False, fitting: str | None = None) -> LinearTimeFit:
     """``fit_linear_time`` over a tidy sweep frame's rows: times, sample counts and standard
     errors from the frame's columns, the work ``x`` from the caller."""
     return fit_linear_time(np.asarray(x, dtype=float), group["time_us"].to_numpy(),
                            n_samples=group["n_samples"].to_numpy(),
-                           se_us=group["se_us"].to_numpy() if "se_us" in group else None, robust=robust)
+                           se_us=group["se_us"].to_numpy() if "se_us" in group else None, robust=robust,
+                           fitting=fitting)
 
 
 def fit_rates(frame, calibration: str, *, work, name, scale: float, unit: str, by: str | list | None = None,
@@ -416,7 +448,7 @@ def fit_rates(frame, calibration: str, *, work, name, scale: float, unit: str, b
             result.failures[param] = f"{len(g)} measured point(s); a line needs at least 3"
             continue
         try:
-            result.models[param] = f = fit_timed(g, work(g), robust=robust)
+            result.models[param] = f = fit_timed(g, work(g), robust=robust, fitting=param)
         except ValueError as exc:
             result.failures[param] = str(exc)
             continue

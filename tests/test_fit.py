@@ -197,3 +197,106 @@ def test_the_register_figure_states_the_register_overhead_with_its_ci():
     fig = registers.figures(table, result, title=str)["registers"]
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any(f"(95% CI {rec['ci95'][0]:.1f} to {rec['ci95'][1]:.1f})" in label for label in labels), labels
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
+
+
+def _recorded_with(calibration: str, fixture: str, column: str, bad: float, nth: int = 5):
+    """A recorded sweep with the ``nth`` point of ``calibration`` given ``bad`` in ``column``."""
+    import pandas as pd
+
+    frame = pd.read_csv(FIXTURES / fixture)
+    frame[column] = frame[column].astype(float)
+    frame.loc[frame.index[frame["calibration"] == calibration][nth], column] = bad
+    return frame
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 0.0])
+def test_the_occupancy_model_refuses_a_point_without_a_usable_time_naming_it_and_its_parameter(bad):
+    """A NaN or infinite time had failed as scipy's "array must not contain infs or NaNs", a time of
+    zero as "math domain error": no point named."""
+    from calib import calibrations
+    from calib.calibrations import occupancy
+
+    result = calibrations.fit("occupancy", _recorded_with("occupancy", "h200_occupancy_full_2026-12-01.csv",
+                                                          "time_us", bad))
+    why = result.failures[occupancy.IN_FLIGHT]
+    assert why.startswith(f"{occupancy.IN_FLIGHT}: 1 of 21 points have a time that is not a finite positive "
+                          "number (point 5: bytes_in_flight 65536, warps_per_sm 16, sm_count 132, size_bytes "
+                          f"2097152000, time_us {bad:g}, n_samples "), why
+
+
+@pytest.mark.parametrize("column, what", [("size_bytes", "a size_bytes"), ("sm_count", "a sm_count")])
+def test_the_occupancy_model_refuses_a_point_whose_input_is_not_finite_naming_it(column, what):
+    from calib import calibrations
+    from calib.calibrations import occupancy
+
+    frame = _recorded_with("occupancy", "h200_occupancy_full_2026-12-01.csv", column, np.inf)
+    why = calibrations.fit("occupancy", frame).failures[occupancy.IN_FLIGHT]
+    assert f"1 of 21 points have {what} that is not a finite positive number (point 5: " in why, why
+    assert f"{column} inf" in why, why
+
+
+@pytest.mark.parametrize("column, bad", [("time_us", np.nan), ("time_us", np.inf), ("time_us", 0.0),
+                                         ("working_set_bytes", np.nan)])
+def test_the_l2_ramp_refuses_a_point_it_cannot_use_naming_it(column, bad):
+    """A NaN or infinite time or working set had failed as "no start converged", and a time of zero
+    was fitted as if measured."""
+    from calib import calibrations
+    from calib.calibrations import cache_hierarchy as l2
+
+    frame = _recorded_with(l2.ID, "h200_l2_quick128_2026-12-01-s2.csv", column, bad, nth=12)
+    result = calibrations.fit(l2.ID, frame)
+    label = "a time" if column == "time_us" else "a working_set_bytes"
+    for name in (l2.CAPACITY, l2.RAMP_END):
+        why = result.failures[name]
+        assert why.startswith(f"cache_hierarchy's L2 ramp: 1 of 135 points have {label} that is not a finite "
+                              "positive number (point "), why
+        assert f"{column} {bad:g}" in why, why
+    assert l2.READ_BW in result.records  # its own series' line is fitted as before
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 0.0])
+def test_the_matmul_rate_refuses_a_point_without_a_usable_time_naming_it(bad):
+    """An infinite time or one of zero had been read as a rate of 0 or of infinity by the regime's
+    search, and the type failed for "1 point(s) in the large-K regime", naming no point."""
+    from calib import calibrations
+    from calib.calibrations import matmul_throughput as mm
+
+    import pandas as pd
+
+    frame = pd.read_csv(FIXTURES / "h200_matmul_full_2026-12-01.csv")
+    fp16 = frame.index[(frame["calibration"] == mm.ID) & (frame["dtype"] == "fp16")]
+    frame.loc[fp16[-2], "time_us"] = bad  # a large-K point, inside the regime the rate is fitted over
+    result = calibrations.fit(mm.ID, frame)
+    why = result.failures[mm.param_name("fp16")]
+    assert why.startswith(f"{mm.param_name('fp16')}: 1 of {len(fp16)} points have a time that is not a finite "
+                          "positive number (point ") and f"time_us {bad:g}" in why, why
+    assert set(result.records) == {mm.param_name("bf16"), mm.param_name("tf32")}
+
+
+def test_a_launch_point_without_a_usable_time_fails_its_own_parameter_named():
+    """It had failed all three parameters with "the fit failed: ValueError: ...", the other two kinds'
+    lines unfitted for it."""
+    from calib import calibrations
+    from calib.backends.sim import SimBackend
+    from calib.calibrations import launch_latency as ll
+    from calib.sweep import frame_from
+
+    b = SimBackend(seed=3)
+    configs = ll.plan("quick")
+    frame = frame_from(configs, b.measure(configs))
+    frame.loc[frame.index[frame["kind"] == "overhead"][-2], "time_us"] = np.nan
+    result = calibrations.fit(ll.ID, frame)
+    assert result.failures[ll.OVERHEAD].startswith(f"{ll.OVERHEAD}: 1 of "), result.failures
+    assert "have a time that is not a finite positive number (point " in result.failures[ll.OVERHEAD]
+    assert set(result.records) == {ll.LATENCY, ll.GRAPH_NODE}
+
+
+def test_a_linear_fit_names_what_it_fits_and_the_whole_point_it_refuses():
+    t = _times()
+    t[4] = np.nan
+    with pytest.raises(ValueError, match=r"^dram: 1 of 10 points have a time that is not a finite positive number "
+                                         r"\(point 4: x 629960524\.9, time_us nan, n_samples 1\)$"):
+        fit_linear_time(SIZES, t, fitting="dram")

@@ -102,7 +102,7 @@ import math
 
 from .._lazy import lazy
 from ..backends.base import UnsupportedConfig
-from ..fit import FitResult, fit_timed, make_record, weighted_r2
+from ..fit import FitResult, fit_timed, make_record, refuse_unusable_points, weighted_r2
 from ..timing import StoppingRule
 from ._base import Param, small_kernels
 
@@ -522,6 +522,15 @@ def fit(frame, *, robust: bool = False, source: str | None = None):
         why = f"{len(ws_points)} working sets measured; the ramp's model needs at least 16"
         result.failures.update({CAPACITY: why, RAMP_END: why})
         return _bandwidth_line(g, result, robust=robust, source=source)
+    # every point the ramp is fitted to (both series): a NaN or infinite time or size, or a time of
+    # zero, had ended in "no start converged", or been fitted (a time of zero), naming no point
+    points = {"working_set_bytes": g["working_set_bytes"].to_numpy(dtype=float), "bytes_read": bytes_read(g),
+              "time_us": g["time_us"].to_numpy(dtype=float), "n_samples": g["n_samples"].to_numpy(dtype=float)}
+    try:
+        refuse_unusable_points(points, positive=tuple(points), fitting=f"{ID}'s L2 ramp")
+    except ValueError as exc:
+        result.failures.update({CAPACITY: str(exc), RAMP_END: str(exc)})
+        return _bandwidth_line(g, result, robust=robust, source=source)
     try:
         hinge = _fit_ramp(g)
     except (RuntimeError, ValueError, np.linalg.LinAlgError) as exc:
@@ -605,7 +614,11 @@ def _bandwidth_line(g, result, *, robust, source):
     (wider, and flagged as such by its CI) stands."""
     line = g[g["series"] == "bandwidth"] if "series" in g else g.iloc[:0]
     if len(line) >= 3:
-        result.models[READ_BW] = f = fit_timed(line, bytes_read(line), robust=robust)
+        try:
+            result.models[READ_BW] = f = fit_timed(line, bytes_read(line), robust=robust, fitting=READ_BW)
+        except ValueError as exc:  # a point refused: this parameter's failure, not the ramp's too
+            result.failures[READ_BW] = str(exc)
+            return result
         w_bw = int(line["working_set_bytes"].iloc[0])
         rec = f.rate_record(1e9, "GB/s", source=source)
         rec["method"] += f"; working set {w_bw / 2**20:.1f} MiB, bytes per launch varied"

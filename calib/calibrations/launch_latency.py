@@ -110,7 +110,11 @@ def fit(frame, *, robust: bool = False, source: str | None = None):
         if len(g) < 3:
             result.failures[name] = f"{len(g)} measured point(s) of kind {kind!r}; a line needs at least 3"
             continue
-        f = fit_timed(g, g["spin_iters" if kind == "latency" else "count"], robust=robust)
+        try:
+            f = fit_timed(g, g["spin_iters" if kind == "latency" else "count"], robust=robust, fitting=name)
+        except ValueError as exc:  # a point refused, named: this kind's parameter fails, not all three
+            result.failures[name] = str(exc)
+            continue
         result.models[name] = f
         rec = f.slope_record("us", source=source) if part == "slope" else f.intercept_record("us", source=source)
         if kind != "graph":  # what a C++ runtime pays is less: say which path was measured

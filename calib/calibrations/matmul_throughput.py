@@ -86,7 +86,7 @@ import time
 
 from .._lazy import lazy
 from ..backends.base import UnsupportedConfig
-from ..fit import FitResult, fit_timed
+from ..fit import FitResult, fit_timed, refuse_unusable_points
 from ._base import Param, line_figures
 
 np = lazy("numpy")
@@ -340,6 +340,15 @@ def fit(frame, *, robust: bool = False, source: str | None = None):
     frame = frame[frame["calibration"] == ID] if len(frame) else frame
     for dtype, g in frame.groupby("dtype"):
         name = param_name(dtype)
+        # every point of the type, before the regime is sought: an infinite time or one of zero had
+        # been read as a rate of 0 or of infinity, and the type failed for "1 point(s) in the large-K
+        # regime", naming no point
+        points = {"k": g["k"], "flops": flops(g), "time_us": g["time_us"], "n_samples": g["n_samples"]}
+        try:
+            refuse_unusable_points(points, positive=tuple(points), fitting=name)
+        except ValueError as exc:
+            result.failures[name] = str(exc)
+            continue
         g, superseded, rdiag = resolve_repeats(g)
         use, left, flags, diag = large_k_regime(g)
         diag.update(rdiag)
@@ -349,7 +358,7 @@ def fit(frame, *, robust: bool = False, source: str | None = None):
                                      "needs at least 3")
             continue
         try:
-            f = fit_timed(use, flops(use), robust=robust)
+            f = fit_timed(use, flops(use), robust=robust, fitting=name)
         except ValueError as exc:
             result.failures[name] = str(exc)
             continue

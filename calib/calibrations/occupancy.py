@@ -33,7 +33,7 @@ import math
 
 from .._lazy import lazy
 from ..backends.base import UnsupportedConfig
-from ..fit import FitResult, make_record, weighted_r2
+from ..fit import FitResult, make_record, refuse_unusable_points, weighted_r2
 from . import memory_bandwidth as dram
 from ._base import Param
 
@@ -148,7 +148,16 @@ def fit(frame, *, robust: bool = False, source: str | None = None):
         return result
     x, w, sms = in_flight(g), warps(g), g["sm_count"].to_numpy(dtype=float)
     b, t = g["size_bytes"].to_numpy(dtype=float), g["time_us"].to_numpy(dtype=float)
-    weights = g["n_samples"].to_numpy(dtype=float) / t**2
+    n = g["n_samples"].to_numpy(dtype=float)
+    # every input positive: the model divides by bytes in flight, warps and SMs, the start by bytes; a
+    # NaN time had failed as scipy's "array must not contain infs or NaNs", naming no point
+    points = {"bytes_in_flight": x, "warps_per_sm": w, "sm_count": sms, "size_bytes": b, "time_us": t, "n_samples": n}
+    try:
+        refuse_unusable_points(points, positive=tuple(points), fitting=IN_FLIGHT)
+    except ValueError as exc:
+        result.failures[IN_FLIGHT] = str(exc)
+        return result
+    weights = n / t**2
     start = _start(x, w, sms, b, t)
     lower = [-np.inf, -np.inf, -np.inf, -np.inf, 0.0]  # sharpness p >= 1: no rate above any of the three
     upper = [np.inf, np.inf, np.inf, np.inf, math.log(16.0)]
