@@ -98,6 +98,94 @@ def test_bad_kind_and_bad_answers_are_calib_errors(sim_prof):
         H.choose("pointwise", D, sim_prof)
 
 
+_LOOKUP = {}
+
+
+def _rule_from_a_table(d, prof):
+    """A user's heuristic with a bug of the commonest kind: a shape its table lacks."""
+    return {"vec": 1, "ept": 1, "block": _LOOKUP[d.n], "grid": "cover"}
+
+
+def test_a_user_heuristic_that_raises_is_named_with_its_layer(sim_prof):
+    """It had come out as the bare KeyError, from deep in a choice or an evaluation, naming neither
+    the heuristic nor the problem."""
+    H.register("pointwise", _rule_from_a_table)
+    d = PW.descriptor(D)
+    with pytest.raises(H.UserHeuristicError) as caught:
+        H.choose("pointwise", d, sim_prof)
+    e = caught.value
+    assert isinstance(e, CalibError) and isinstance(e.__cause__, KeyError) and e.__cause__.args == (1 << 24,)
+    msg = str(e)
+    assert "\n" not in msg
+    assert msg.startswith(f"the user heuristic {__name__}._rule_from_a_table, a replacement layer for "
+                          "pointwise registered for the process, raised KeyError: 16777216 at "), msg
+    assert f"test_heuristics.py:{_rule_from_a_table.__code__.co_firstlineno + 2}" in msg, msg
+    assert f"(key {descriptor_key(d)})" in msg and '"op": "add"' in msg
+    assert (e.kind, e.layer, e.wrap, e.problem_key) == ("pointwise", "_rule_from_a_table", False, descriptor_key(d))
+
+
+def test_a_user_wrapper_in_a_with_block_that_raises_is_named_as_a_wrapper(sim_prof):
+    def adjust(d, prof, below):
+        return {**below, "block": below["threads"]}  # no such knob: KeyError
+
+    with H.using("pointwise", adjust, wrap=True, name="my block rule"):
+        with pytest.raises(H.UserHeuristicError, match=rf"^the user heuristic 'my block rule' \({re.escape(__name__)}"
+                           r"\.test_a_user_wrapper_in_a_with_block_that_raises_is_named_as_a_wrapper\.<locals>\.adjust"
+                           r"\), a wrapper layer for pointwise in a `with using\(\.\.\.\)` block, raised KeyError: "
+                           r"'threads' at ") as caught:
+            H.choose("pointwise", D, sim_prof)
+    assert isinstance(caught.value.__cause__, KeyError) and caught.value.wrap
+
+
+def test_the_innermost_user_heuristic_that_raised_is_the_one_named(sim_prof):
+    H.register("pointwise", _rule_from_a_table)
+    with H.using("pointwise", lambda d, p, below: below, wrap=True, name="outer"):
+        with pytest.raises(H.UserHeuristicError, match="_rule_from_a_table, a replacement layer") as caught:
+            H.choose("pointwise", PW.descriptor(D), sim_prof)
+    assert isinstance(caught.value.__cause__, KeyError)
+
+
+def test_a_builtin_heuristic_that_raises_is_not_dressed_as_a_user_error(sim_prof, monkeypatch):
+    """calib's own bug keeps its own exception, even with a user's wrapper above the built-in."""
+    from calib.heuristics import registry
+
+    def broken_builtin(d, prof):
+        raise ZeroDivisionError("calib's own bug")
+
+    monkeypatch.setitem(registry._builtins, "pointwise", broken_builtin)
+    H.register("pointwise", lambda d, p, below: below, wrap=True)
+    with pytest.raises(ZeroDivisionError, match="calib's own bug"):
+        H.choose("pointwise", D, sim_prof)
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_inside_a_user_heuristic_is_not_caught(sim_prof, stop):
+    def interrupted(d, prof):
+        raise stop
+
+    H.register("pointwise", interrupted)
+    with pytest.raises(stop):
+        H.choose("pointwise", D, sim_prof)
+
+
+def test_an_evaluation_stops_at_a_user_heuristic_that_raises_and_the_cli_says_so_in_one_line(tmp_path, capsys):
+    """Not a row's failed choice (that is an answer no kernel can take): a bug in the user's code,
+    named, with the cause's traceback for the Python caller; the CLI prints one line and exits 2."""
+    H.register("pointwise", _rule_from_a_table)
+    with pytest.raises(H.UserHeuristicError, match="raised KeyError: 4096 at ") as caught:
+        E.evaluate("pointwise", [{"op": "add", "n": 4096}], backend="sim")
+    assert isinstance(caught.value.__cause__, KeyError)
+    from calib.cli import main
+
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"op": "add", "n": 4096}\n')
+    assert main(["heuristics", "evaluate", "--kind", "pointwise", "--problems", str(f), "--backend", "sim"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert err[0].startswith(f"calib heuristics: error: the user heuristic {__name__}._rule_from_a_table, "
+                             "a replacement layer for pointwise registered for the process, raised KeyError: 4096"), err
+
+
 def test_overrides_from_json_and_json_lines_and_bad_files(tmp_path, sim_prof):
     d = PW.descriptor(D)
     f = tmp_path / "o.json"

@@ -19,12 +19,12 @@ Light to import: NumPy and CuPy are loaded when a family's kernels or the evalua
 
 from __future__ import annotations
 
-from .registry import (KINDS, HeuristicError, HeuristicWarning, OverrideFileError, ReadRecorder, choose, clear,
-                       layers, load_overrides, override_for, read, register, set_overrides, using)
+from .registry import (KINDS, HeuristicError, HeuristicWarning, OverrideFileError, ReadRecorder, UserHeuristicError,
+                       choose, clear, layers, load_overrides, override_for, read, register, set_overrides, using)
 
-__all__ = ["KINDS", "HeuristicError", "HeuristicWarning", "OverrideFileError", "ReadRecorder", "choose", "clear",
-           "layers", "load_overrides", "override_for", "read", "register", "set_overrides", "using", "builtin",
-           "baseline", "descriptor", "space"]
+__all__ = ["KINDS", "HeuristicError", "HeuristicWarning", "OverrideFileError", "ReadRecorder", "UserHeuristicError",
+           "choose", "clear", "layers", "load_overrides", "override_for", "read", "register", "set_overrides", "using",
+           "builtin", "baseline", "descriptor", "space"]
 
 
 def builtin(kind: str, descriptor, profile=None) -> dict:

@@ -7,7 +7,9 @@ database and a second evaluation on the same device times nothing); then
 
 - ``best``: the fastest measured candidate;
 - ``heuristic``: the candidate :func:`calib.heuristics.choose` returns on the profile (all layers:
-  a user's registered heuristic is what gets evaluated), its measured time over ``best``;
+  a user's registered heuristic is what gets evaluated), its measured time over ``best``; a user's
+  heuristic that raises ends the evaluation with :class:`UserHeuristicError` (``calib heuristics
+  evaluate``: one line, exit 2), where an answer that is no launch of the family fails its row alone;
 - ``baseline``: the static rule's choice (:mod:`calib.heuristics.baselines`), the same ratio;
 - ``library``: the op a user would call instead (CuPy's), timed the same way, over ``best``;
 - ``predicted``: the predictor's time and 95% interval for the heuristic's choice, against its
@@ -32,7 +34,7 @@ from pathlib import Path
 from ..errors import CalibError
 from .families import family, launch
 from .knobs import knobs
-from .registry import KINDS, HeuristicError, choose, json_lines, read_text
+from .registry import KINDS, HeuristicError, UserHeuristicError, choose, json_lines, read_text
 
 QUANTILES = (0.05, 0.10, 0.25, 0.50, 0.75, 0.90)
 
@@ -330,6 +332,8 @@ def _run_problems(fam, kind, problems, make_case, tuner, profile, timer, budget_
         case = make_case(d)
         try:
             rows.append(_one(fam, kind, d, case, tuner, profile, timer, BASELINES[kind], predict_model))
+        except UserHeuristicError:  # a bug in the user's code: stop, and say whose (the cause has its traceback)
+            raise
         except Exception as exc:  # noqa: BLE001 - one problem that cannot run costs only itself
             if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
                 rows.append({"descriptor": _desc(d), "error": f"out of memory: {exc}"})
@@ -408,6 +412,8 @@ def _one(fam, kind, d, case, tuner, profile, timer, baseline, predict_model) -> 
 
     try:  # a user's heuristic or override that names no launch of the family: its choice failed
         h, choice_error = launch(kind, choose(kind, d, profile), d), None
+    except UserHeuristicError:  # one that raised is no choice but a bug in it, and ends the evaluation
+        raise
     except HeuristicError as exc:
         h, choice_error = None, str(exc)
     b = baseline(d, profile)

@@ -14,6 +14,11 @@ layers in this order, the first that answers wins:
    built-in's answer rather than rewrite it, as the compiler team's proposal asks);
 3. the **built-in** heuristic of the kind (it ranks the family's candidates with the predictor).
 
+A user's heuristic that raises (any Exception) comes out as :class:`UserHeuristicError`, which names
+the kind, the layer (replacement or wrapper, the function's qualified name, process-wide or in a
+``with`` block) and the problem, with the original exception as its ``__cause__``. The built-in's
+own exceptions pass unchanged: they are calib's bugs, not the user's.
+
 Thread-safety: process-wide registrations are kept under a lock and replaced as a whole (readers
 never see a half-made list); ``with using(...)`` layers are per thread *and* per asyncio task
 (a ``contextvars.ContextVar``), so a block in one thread never changes another thread's choices,
@@ -44,6 +49,17 @@ _HEX64 = re.compile("[0-9a-f]{64}")
 
 class HeuristicError(CalibError, ValueError):
     """A heuristic was registered or asked for wrongly (an unknown kind, a bad answer)."""
+
+
+class UserHeuristicError(HeuristicError):
+    """A user's heuristic (a layer added by :func:`register` or :func:`using`) raised: names the kind,
+    the layer (replacement or wrapper, its function's qualified name) and the problem, with what it
+    raised; the exception itself is ``__cause__``, its traceback there for debugging the user's code.
+    A built-in heuristic that raises is calib's bug and is never turned into this error."""
+
+    def __init__(self, message: str, *, kind: str, layer: str, function: str, wrap: bool, problem_key: str | None):
+        super().__init__(message)
+        self.kind, self.layer, self.function, self.wrap, self.problem_key = kind, layer, function, wrap, problem_key
 
 
 class OverrideFileError(CalibError, ValueError):
@@ -131,10 +147,82 @@ class ReadRecorder:
 # the layers
 
 class _Layer:
-    __slots__ = ("fn", "wrap", "name")
+    __slots__ = ("fn", "wrap", "name", "scope")
 
-    def __init__(self, fn: Callable, wrap: bool, name: str):
-        self.fn, self.wrap, self.name = fn, wrap, name
+    def __init__(self, fn: Callable, wrap: bool, name: str, scope: str = "registered for the process"):
+        self.fn, self.wrap, self.name, self.scope = fn, wrap, name, scope
+
+    def call(self, kind: str, descriptor, *args):
+        """``fn(descriptor, *args)``; whatever it raises (an Exception: never KeyboardInterrupt or
+        SystemExit) comes out as UserHeuristicError naming this layer and the problem, chained to it.
+        One that a user layer above or below raised already names its own layer and passes as it is."""
+        try:
+            return self.fn(descriptor, *args)
+        except UserHeuristicError:
+            raise
+        except Exception as exc:
+            raise _user_error(self, kind, descriptor, exc) from exc
+
+
+def _qualified_name(fn) -> str:
+    """``module.Qualified.name`` of a function (of a callable object: its class's), for a message."""
+    target = fn if hasattr(fn, "__qualname__") else type(fn)
+    module = getattr(target, "__module__", None)
+    name = getattr(target, "__qualname__", None) or repr(fn)
+    return f"{module}.{name}" if module and module != "builtins" else name
+
+
+def _problem_key(descriptor, kind: str) -> str | None:
+    """The descriptor key of the problem a layer was asked about: the family's (defaults filled in),
+    else as given; None for a descriptor that has neither (the user's layer was given it anyway)."""
+    try:
+        return _key_of(descriptor, kind)[0]
+    except Exception:  # noqa: BLE001 - not the family's descriptor: keyed as given, if it can be
+        return _as_written_key(descriptor)
+
+
+def _user_error(layer: _Layer, kind: str, descriptor, exc: Exception) -> UserHeuristicError:
+    import traceback
+
+    function = _qualified_name(layer.fn)
+    key = _problem_key(descriptor, kind)
+    shown = _desc_text(descriptor)
+    frames = traceback.extract_tb(exc.__traceback__)[1:]  # less Layer.call's own frame
+    # where: the last line of the user's own function's file that it passed (not NumPy's, nor calib's
+    # where their function called in), else where the exception was raised
+    own = getattr(getattr(layer.fn, "__code__", None), "co_filename", None)
+    frame = next((f for f in reversed(frames) if f.filename == own), frames[-1] if frames else None)
+    where = f" at {frame.filename}:{frame.lineno}" if frame is not None else ""
+    try:  # on one line, and short: the CLI prints this message alone
+        said = " ".join(str(exc).split())
+    except Exception:  # noqa: BLE001 - an exception whose own text fails: its type is named
+        said = ""
+    said = said if len(said) <= 200 else said[:197] + "..."
+    what = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+    role = "wrapper" if layer.wrap else "replacement"
+    named = f"{layer.name!r} ({function})" if layer.name != getattr(layer.fn, "__name__", None) else function
+    message = (f"the user heuristic {named}, a {role} layer for {kind} {layer.scope}, raised {what}{where} "
+               f"on problem {shown} (key {key or 'none: not a descriptor'})")
+    return UserHeuristicError(message, kind=kind, layer=layer.name, function=function, wrap=layer.wrap,
+                              problem_key=key)
+
+
+def _desc_text(descriptor, limit: int = 160) -> str:
+    """A descriptor as a short text: its fields (a dataclass's, a mapping's), else its repr."""
+    import dataclasses
+
+    try:
+        if dataclasses.is_dataclass(descriptor) and not isinstance(descriptor, type):
+            fields = {f.name: getattr(descriptor, f.name) for f in dataclasses.fields(descriptor)
+                      if not f.name.startswith("_")}
+        elif isinstance(descriptor, dict):
+            fields = descriptor
+        else:
+            fields = None
+        text = (json.dumps(fields, default=str, sort_keys=False) if fields is not None else repr(descriptor))
+    except Exception:  # noqa: BLE001 - a descriptor that cannot even be shown: its type names it
+        text = f"<{type(descriptor).__name__}>"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 _lock = threading.Lock()
@@ -195,7 +283,8 @@ def using(kind: str, fn: Callable, *, wrap: bool = False, name: str | None = Non
     _check_kind(kind)
     if not callable(fn):
         raise HeuristicError(f"a heuristic must be callable, not {type(fn).__name__}")
-    token = _scoped.set(_scoped.get() + ((kind, _Layer(fn, bool(wrap), name or getattr(fn, "__name__", "user"))),))
+    layer = _Layer(fn, bool(wrap), name or getattr(fn, "__name__", "user"), scope="in a `with using(...)` block")
+    token = _scoped.set(_scoped.get() + ((kind, layer),))
     try:
         yield
     finally:
@@ -536,11 +625,13 @@ def _ask(kind, stack, descriptor, profile, layers_used):
         name = "builtin"
     else:
         top = stack[-1]
+        # Only the user's own call is answered for as theirs: the layers below (the built-in among
+        # them) are asked outside it, so that calib's own bug keeps its own exception.
         if top.wrap:
             below = _ask(kind, stack[:-1], descriptor, profile, layers_used)
-            answer = top.fn(descriptor, profile, dict(below))
+            answer = top.call(kind, descriptor, profile, dict(below))
         else:
-            answer = top.fn(descriptor, profile)
+            answer = top.call(kind, descriptor, profile)
         name = top.name
     if not isinstance(answer, dict):
         raise HeuristicError(f"heuristic {name} for {kind} returned {type(answer).__name__}, not a dict of "
