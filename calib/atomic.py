@@ -125,12 +125,17 @@ def _fileno(f) -> int | None:
         return None
 
 
-def replace(path, data: bytes, error: type):
+def replace(path, data: bytes, error: type, *, streams: bool = True):
     """``data`` under ``path``: a temporary file renamed over it, and the folder fsynced after, so a
     crash cannot leave a short file under the target's name; a stream (:func:`is_stream`) is
-    written in place. ``error`` (a CalibError) says in one line why not, and whether the target is
-    unchanged."""
+    written in place where the caller takes ``streams`` (a file a user names: ``-o /dev/stdout``),
+    and refused where it does not (a run folder's own files: a FIFO under a notebook's or frame's
+    name had the notebook wait on a reader forever). ``error`` (a CalibError) says in one line why
+    not, and whether the target is unchanged."""
     if is_stream(path):
+        if not streams:
+            raise error(f"cannot write {path}: it is not a regular file (a pipe, a device or a descriptor); "
+                        f"it is left as it is")
         write_stream(path, data, error)
         return
     if os.path.isdir(Path(path).expanduser()):  # through a link: the rename would have replaced the link

@@ -20,7 +20,7 @@ from . import calibrations
 from .backends import get_backend, resolve_backend_name
 from .gpulock import GpuLock, GpuQueue
 from .phases import PhaseRecorder, check_fragment_fields
-from .profile import ProfileError, Parameter, _write_atomic
+from .profile import ProfileError, Parameter
 from .timestamps import utc_now
 from .store import Store, default_url
 from .sweep import run_sweep
@@ -123,7 +123,8 @@ class Calibration:
             from . import atomic
             from .runfolder import RunFolderError
 
-            atomic.replace(self.output_dir / f"{self.id}.parquet", frame.to_parquet(), RunFolderError)
+            atomic.replace(self.output_dir / f"{self.id}.parquet", frame.to_parquet(), RunFolderError,
+                           streams=False)
         return frame
 
     def fit(self, data, *, robust: bool = False):
@@ -234,22 +235,32 @@ class Calibration:
         PNG in the notebook: rendering once instead of twice (file and inline output) halves the
         plotting time of a run. Returns nothing, so that a cell ending in it shows the figure and
         no ``PosixPath``. Titles are wrapped to fit, log axes tidied, and a simulated device's
-        figure marked SIMULATED (``calib.plotting.finish``)."""
+        figure marked SIMULATED (``calib.plotting.finish``).
+
+        The file is replaced whole (``calib.plotting.save``). A write that fails (a full disk) costs
+        only this figure: one line on stderr names the file and the reason, and the notebook goes on
+        to write its fragment; an exception here had ended it before the fit's numbers were written.
+        Written in place, the failure had left a truncated PNG, which the report showed broken."""
         import matplotlib.pyplot as plt
 
-        from .plotting import finish
+        from .plotting import FigureError, finish, save
 
         path = self.output_dir / f"{name}.png"
         finish(fig, simulated=self.simulated)
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
+        try:
+            png = save(fig, path, dpi=100)
+        except FigureError as exc:
+            print(f"calib: figure {name} not saved: {exc}; the fit's numbers are not affected", file=sys.stderr)
+            return None
+        finally:
+            plt.close(fig)
         try:
             from IPython import get_ipython
             from IPython.display import Image, display
         except ImportError:
             return None
         if get_ipython() is not None:
-            display(Image(filename=str(path)))
+            display(Image(data=png, format="png"))
         return None
 
     def write_fragment(self, result) -> Path:
@@ -315,7 +326,29 @@ def write_fragment(path, records: dict, *, device: dict, software: dict, source:
         doc["note"] = SIMULATED_BANNER
     if timings is not None:  # where the notebook's time went, up to this write (calib.phases)
         doc.update(timings.document())
-    _write_atomic(Path(path), doc)
+    _write_whole(Path(path), (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+
+
+def _write_whole(path: Path, data: bytes):
+    """A fragment replaces its file whole (``calib.atomic``); a write that fails (a full disk)
+    leaves the old file and raises a ProfileError naming the file and the reason: it had reached
+    the notebook as a bare OSError naming none. Anything but a file (a FIFO, a device, a folder) at
+    the path is refused, not written through."""
+    import stat
+
+    from . import atomic
+    from .profile import _file_type
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise ProfileError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ProfileError(f"cannot write {path}: it is {_file_type(mode)}, not a file")
+    atomic.replace(path, data, ProfileError)
 
 
 def read_fragment(path) -> dict:

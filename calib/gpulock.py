@@ -161,8 +161,20 @@ class GpuQueue:
         import time
 
         part = self.path.with_name(self.path.name + ".part")  # whole or absent for the others' glob
-        part.write_text(json.dumps({"tail_s": self.tail_s, "pid": os.getpid()}))
-        os.replace(part, self.path)
+        try:  # not fsynced: a live process's signal, meaningless after a crash
+            part.write_text(json.dumps({"tail_s": self.tail_s, "pid": os.getpid()}))
+            os.replace(part, self.path)
+        except OSError as exc:
+            # the order is an optimization, the lock is what keeps measurements apart: a full disk or
+            # a read-only run folder costs the order, not the notebook (a bare OSError, naming no
+            # file, had ended it before it measured, and left the half-written .part behind)
+            try:
+                part.unlink()
+            except OSError:
+                pass
+            print(f"calib: cannot queue for the GPU in {self.path}: {exc.strerror or exc}; taking the GPU lock "
+                  "without queueing", file=sys.stderr)
+            return
         steps = list(meanwhile)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

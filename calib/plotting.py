@@ -9,8 +9,15 @@ fit helpers, so that no calibration has to remember it.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
+
+from .errors import CalibError
 
 SIMULATED_MARK = "SIMULATED DEVICE"
+
+
+class FigureError(CalibError, OSError):
+    """A figure's file could not be written; the message names the file and the reason."""
 
 
 def _wrap(text: str, width_in: float, fontsize: float) -> str:
@@ -67,3 +74,19 @@ def detach(fig):
 
     plt.close(fig)
     return fig
+
+
+def save(fig, path, *, error: type = FigureError, **options) -> bytes:
+    """``fig`` rendered (in the format of ``path``'s suffix, PNG without one) and written whole to
+    ``path`` (``calib.atomic.replace``): a write that fails (a full disk) leaves the old file or
+    none, never a truncated image, and raises ``error`` naming the file and the reason. Returns the
+    rendered bytes, so that the caller can show the figure without reading the file back."""
+    import io
+
+    from . import atomic
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix[1:].lower() or "png", **options)
+    data = buf.getvalue()
+    atomic.replace(path, data, error, streams=False)
+    return data

@@ -121,7 +121,7 @@ def write_index(run_dir: Path, summary: dict, fragments: dict, *, device: dict, 
                             for name, rec in sorted(params.items())}}
     # replaced whole: a run killed while writing it left a truncated index, which the report refused
     # and a resume read as no index at all, dropping the other notebooks' entries
-    atomic.replace(run_dir / INDEX, (json.dumps(index, indent=2) + "\n").encode("utf-8"), RunFolderError)
+    atomic.replace(run_dir / INDEX, (json.dumps(index, indent=2) + "\n").encode("utf-8"), RunFolderError, streams=False)
     return index
 
 

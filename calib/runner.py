@@ -259,8 +259,12 @@ def _run_label(run_dir: Path) -> str:
     label = _recorded_label(run_dir)
     if label:
         return label
+    from . import atomic
+
     text = uuid.uuid4().hex
-    (run_dir / RUN_ID).write_text(text + "\n")
+    # whole or not at all: a partial id would have labelled the next resume's sweeps anew, and it
+    # would have measured everything again
+    atomic.replace(run_dir / RUN_ID, (text + "\n").encode("ascii"), RunError, streams=False)
     return f"run:{text}"
 
 
@@ -269,10 +273,14 @@ def _recorded_label(run_dir: Path) -> str | None:
     the older layout), or None for a new folder; reads only."""
     import re
 
-    try:
-        text = (run_dir / RUN_ID).read_text().strip()
-    except OSError:
+    from .profile import ProfileError, _NotThere, _read_bytes
+
+    try:  # a regular file, read to a bound: a FIFO under the id's name had the run wait forever
+        text = _read_bytes(run_dir / RUN_ID, "run id", 4096).decode("ascii", "replace").strip()
+    except _NotThere:
         text = ""
+    except ProfileError as exc:
+        raise RunError(f"{exc} (the run folder's id, {RUN_ID}: remove it to measure this folder anew)") from None
     if re.fullmatch(r"[0-9a-f]{32}", text):
         return f"run:{text}"
     if (run_dir / runfolder.DATABASE).exists():
@@ -632,7 +640,7 @@ class _WholeSaves:
     def write(self, buf, path):
         from . import atomic
 
-        atomic.replace(path, buf.encode("utf-8"), RunError)
+        atomic.replace(path, buf.encode("utf-8"), RunError, streams=False)
 
     def pretty_path(self, path):
         return path

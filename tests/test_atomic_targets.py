@@ -53,6 +53,30 @@ def test_a_fifo_is_written_as_a_stream_and_stays_a_fifo(tmp_path):
     assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary left
 
 
+def test_a_run_folders_own_file_refuses_a_fifo_in_its_place_rather_than_wait_on_a_reader(tmp_path):
+    fifo = tmp_path / "launch_latency.parquet"
+    os.mkfifo(fifo)
+    with pytest.raises(Failed, match="launch_latency.parquet: it is not a regular file"):
+        atomic.replace(fifo, b"PAR1", Failed, streams=False)  # written as a stream, it waited for a reader forever
+    assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["launch_latency.parquet"]
+
+
+def test_a_run_id_that_is_a_fifo_is_refused_naming_it_not_waited_on(tmp_path):
+    from calib.runner import RUN_ID, RunError, _run_label
+
+    os.mkfifo(tmp_path / RUN_ID)
+    with pytest.raises(RunError, match=r"run id .*\.calib-run-id is a FIFO"):
+        _run_label(tmp_path)
+
+
+def test_a_new_run_id_is_written_whole_and_read_back(tmp_path):
+    from calib.runner import RUN_ID, _run_label
+
+    label = _run_label(tmp_path)
+    assert label == _run_label(tmp_path) and (tmp_path / RUN_ID).read_text().strip() == label[len("run:"):]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [RUN_ID]  # no temporary left
+
+
 def test_a_link_to_a_file_is_followed_and_stays_a_link(tmp_path):
     real = tmp_path / "data" / "winners.tsv"
     real.parent.mkdir()

@@ -187,3 +187,31 @@ def test_a_waiter_does_its_steps_only_while_enough_live_waiters_are_ahead_and_go
         (tmp_path / f"{name}.queued").unlink()
     waiter.join(timeout=10)
     assert not waiter.is_alive() and done == ["first"]
+
+
+_QUEUE_UNDER_A_SIZE_LIMIT = """
+import resource, signal, sys, time
+from calib.gpulock import GpuQueue
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (8, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+start = time.monotonic()
+GpuQueue(sys.argv[1], "occupancy", 3.0).wait(timeout_s=60)
+print(round(time.monotonic() - start, 3))
+"""
+
+
+def test_a_queue_entry_that_cannot_be_written_costs_the_order_not_the_notebook_and_names_the_file(tmp_path):
+    """A notebook's place in calib run's GPU queue (``GpuQueue.wait``) is a file in the run folder;
+    on a full disk its write ended the notebook with a bare OSError naming no file, before it
+    measured, and left the half-written ``.part`` behind. The order is an optimization (the lock
+    keeps measurements apart): the notebook now goes on to the lock, after one line naming the file."""
+    import json
+
+    (tmp_path / "memory_bandwidth.queued").write_text(json.dumps({"tail_s": 6.3, "pid": os.getpid()}))  # ahead
+    proc = subprocess.run([sys.executable, "-c", _QUEUE_UNDER_A_SIZE_LIMIT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout.split()[-1]) < 30  # not queued behind the waiter ahead: no wait for its turn
+    assert proc.stderr.strip() == (f"calib: cannot queue for the GPU in {tmp_path / 'occupancy.queued'}: File too "
+                                   "large; taking the GPU lock without queueing")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["memory_bandwidth.queued"]  # no .part left

@@ -363,6 +363,93 @@ except Exception as exc:
     assert proc.stdout.splitlines()[-1] == f"RunFolderError: cannot write {path}: File too large (it is unchanged)"
 
 
+def test_a_figure_whose_write_fails_leaves_no_truncated_file_names_it_and_the_fragment_is_still_written(tmp_path):
+    """A notebook's figures (``Calibration.save_figure``) went to their PNGs in place, before its
+    fragment: a disk that filled as one was written left a truncated PNG under its name (shown
+    broken by ``calib report``), and the bare OSError ended the notebook before ``write_fragment``,
+    losing the fit's numbers. A figure is now replaced whole; a write that fails costs only that
+    figure: one line names its file and the reason, and the notebook goes on to its fragment."""
+    out, db = tmp_path / "out", tmp_path / "results.sqlite"
+    script = _UNDER_A_SIZE_LIMIT + f"""
+import json
+from pathlib import Path
+from calib.calibration import Calibration
+out = Path({str(out)!r})
+cal = Calibration("launch_latency", backend="sim", output_dir=out, db="sqlite:///{db}", progress=False)
+data = cal.measure("quick")
+result = cal.fit(data)
+cal.show_figures(data, result)
+pngs = sorted(out.glob("*.png"))
+before = {{p.name: p.read_bytes() for p in pngs}}
+pngs[0].unlink()  # a figure not saved before: nothing is written, not a truncated file
+fill_the_disk(16 * 1024)  # the fragment (~4 kB) fits, no figure (~30-50 kB) does
+cal.show_figures(data, result)
+cal.write_fragment(result)
+after = {{p.name: p.read_bytes() for p in sorted(out.glob("*.png"))}}
+print(json.dumps([pngs[0].name, sorted(before), after == {{k: v for k, v in before.items() if k != pngs[0].name}}]))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    removed, names, others_unchanged = json.loads(proc.stdout.splitlines()[-1])
+    assert len(names) == 6 and others_unchanged and not (out / removed).exists()
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+    notices = [line for line in proc.stderr.splitlines() if line.startswith("calib: figure ")]
+    assert len(notices) == 6, proc.stderr
+    for name in names:
+        kept = "nothing was written" if name == removed else "it is unchanged"
+        assert (f"calib: figure {name[:-4]} not saved: cannot write {out / name}: File too large ({kept}); "
+                "the fit's numbers are not affected") in notices
+    fragment = json.loads((out / "fragment-launch_latency.json").read_text())
+    assert {"launch.overhead_us", "launch.latency_us", "launch.graph_node_us"} <= set(fragment["params"])
+
+
+def test_a_fragment_whose_write_fails_keeps_the_old_one_whole_and_names_it(tmp_path):
+    """``write_fragment`` replaced its file whole, but a write that failed (a full disk) reached the
+    notebook as a bare "OSError: [Errno 27] File too large", naming no file. It is now a
+    ProfileError (one line and exit 2 from the command line) that names the file and the reason."""
+    path = tmp_path / "fragment-launch_latency.json"
+    script = _UNDER_A_SIZE_LIMIT + f"""
+from pathlib import Path
+from calib.backends.sim import SimBackend
+from calib.calibration import write_fragment
+device, software = SimBackend().fingerprint()
+record = {{"launch.overhead_us": {{"value": 3.0, "ci95": [2.9, 3.1], "unit": "us"}}}}
+write_fragment({str(path)!r}, record, device=device, software=software, source="notebooks/launch_latency.ipynb")
+fill_the_disk(Path({str(path)!r}).stat().st_size + 1024)
+try:  # a long failure text: this fragment outgrows the limit
+    write_fragment({str(path)!r}, record, device=device, software=software, source="notebooks/launch_latency.ipynb",
+                   failures={{"launch.latency_us": "x" * 100_000}})
+except Exception as exc:
+    print(f"{{type(exc).__name__}}: {{exc}}")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == f"ProfileError: cannot write {path}: File too large (it is unchanged)"
+    old = json.loads(path.read_text())  # the first fragment, whole
+    assert set(old["params"]) == {"launch.overhead_us"} and old["failures"] == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_a_fragment_path_that_is_a_fifo_or_a_folder_is_refused_naming_it(tmp_path):
+    """Not written through (a FIFO would block the notebook until something read it) nor replaced."""
+    import os
+
+    from calib.backends.sim import SimBackend
+    from calib.calibration import write_fragment
+    from calib.profile import ProfileError
+
+    device, software = SimBackend().fingerprint()
+    record = {"launch.overhead_us": {"value": 3.0, "ci95": [2.9, 3.1], "unit": "us"}}
+    fifo, folder = tmp_path / "fragment-a.json", tmp_path / "fragment-b.json"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for path, what in ((fifo, "a FIFO (named pipe)"), (folder, "a directory")):
+        with pytest.raises(ProfileError) as err:
+            write_fragment(path, record, device=device, software=software, source="s")
+        assert str(err.value) == f"cannot write {path}: it is {what}, not a file"
+    assert fifo.is_fifo() and folder.is_dir() and not list(folder.iterdir())
+
+
 @pytest.mark.slow
 def test_a_notebook_that_fails_does_not_stop_the_others_running_beside_it(tmp_path):
     """Two notebooks in flight, each in a process of its own: the one whose cell raises is
