@@ -40,6 +40,26 @@ OUTLIER_Z = 4.0
 # Residuals below this share of the time are floating-point rounding, not a departure from the line.
 ROUNDING_REL = 1e-9
 MIN_POINTS = 5
+# Interference slows kernels, never speeds them up. A slowdown smaller than the points' outlier cut
+# (calib.timing: 3.5 robust SDs) stays in the point's mean and biases its time up, and the fit cannot
+# see it: it scales every point alike, so the line fits as well, and its CI is too narrow. On the
+# simulated device with 10% of the samples slowed by 1 + Exp(1) (rel_sd 0.05-0.15) or 1 + 0.1 Exp(1)
+# (rel_sd 0.02), rates came out 0.2-1.2% low and their CIs covered 32-93% with the notebooks' 400
+# samples a point, none flagged (2026-12-07). What shows it is the inliers' right skew: where the kept
+# interference spreads evenly up to the cut at c = 3.5 SDs, it biases the mean by 2 / (c² - 6) x skew
+# x SD (its third moment against its first, less the shift of the centre). On the simulated device
+# this came out at 1.0-1.3x the actual bias wherever the bias mattered; more (up to about 5x) where
+# the 0.5% floor of the cut keeps slowdowns of many SDs (calib.timing.MIN_ROBUST_SD_REL).
+INTERFERENCE_BIAS_PER_SKEW = 2.0 / (3.5**2 - 6.0)
+# The CI is widened by that bias, on the side the bias hides, where the points' pooled skew is
+# significant at 5% one-sided, so that symmetric noise seldom widens one (about 5% of the fits, by
+# its own small skew).
+INTERFERENCE_WIDEN_Z = 1.6448536269514722
+# ... and flagged where the skew is significant at PATTERN_P and the bias is material: a quarter of
+# the parameter's CI half-width (where coverage had fallen to about 92%) and 0.1% of the time.
+INTERFERENCE_FLAG_Z = 3.090232306167813
+INTERFERENCE_MATERIAL_OF_CI = 0.25
+INTERFERENCE_MATERIAL_REL = 0.001
 
 
 @dataclass
@@ -101,6 +121,7 @@ class LinearTimeFit:
         rel = (hi - lo) / 2 / self.rate_per_s if self.rate_per_s > 0 else float("inf")
         if rel > MAX_REL_CI_HALFWIDTH:
             flags.append(f"wide CI: ±{rel:.1%}")
+        flags += _interference_flags(self, rel, "low")
         return _record(value, (lo / scale, hi / scale), unit, self, flags, source,
                        ci_method="inverted slope CI" if self.slope_ci95[0] > 0 else "delta method")
 
@@ -110,12 +131,16 @@ class LinearTimeFit:
         rel = (self.slope_ci95[1] - self.slope_ci95[0]) / 2 / abs(self.slope_us) if self.slope_us else float("inf")
         if rel > MAX_REL_CI_HALFWIDTH:
             flags.append(f"wide CI: ±{rel:.1%}")
+        flags += _interference_flags(self, rel, "high")
         return _record(self.slope_us, self.slope_ci95, unit, self, flags, source, ci_method="slope CI")
 
     def intercept_record(self, unit: str = "us", *, source: str | None = None) -> dict:
         flags = list(self.flags)
         if self.intercept_ci95[1] < 0:
             flags.append("negative fixed cost: the model misses something at small sizes")
+        lo, hi = self.intercept_ci95
+        rel = (hi - lo) / 2 / abs(self.intercept_us) if self.intercept_us else float("inf")
+        flags += _interference_flags(self, rel, "high" if self.intercept_us > 0 else "low")
         return _record(self.intercept_us, self.intercept_ci95, unit, self, flags, source,
                        ci_method="intercept CI")
 
@@ -176,6 +201,20 @@ class LinearTimeFit:
         fig.suptitle(f"{title}{estimate}   [{self.method}; R²={self.r2:.5f}; {flag_text}]", fontsize=9)
         finish(fig)
         return detach(fig) if created else fig
+
+
+def _interference_flags(fit: LinearTimeFit, rel_halfwidth: float, direction: str) -> list[str]:
+    """The flag of a parameter whose points show interference inside the outlier cut that biases it
+    materially (see ``INTERFERENCE_BIAS_PER_SKEW``), or none. ``direction``: which way the bias
+    moves this parameter ("low" for a rate, "high" for a time)."""
+    d = fit.diagnostics
+    bias, z = d.get("interference_bias_rel"), d.get("interference_skew_z")
+    if bias is None or z is None or not z > INTERFERENCE_FLAG_Z:
+        return []
+    if not bias > max(INTERFERENCE_MATERIAL_OF_CI * rel_halfwidth, INTERFERENCE_MATERIAL_REL):
+        return []
+    return [f"interference inside the outlier cut: the points' samples skew right (z={z:.1f}); the value may be "
+            f"about {bias:.2%} {direction} (estimated from the skew), and its CI is widened by that"]
 
 
 def estimate_text(record: dict) -> str:
@@ -273,11 +312,15 @@ class FitResult:
 
 
 def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False,
-                    cov_type: str = "nonrobust", fitting: str | None = None) -> LinearTimeFit:
+                    cov_type: str = "nonrobust", fitting: str | None = None, n_inliers=None,
+                    inlier_skew=None) -> LinearTimeFit:
     """Fit ``t_us = t0 + x * slope`` by weighted least squares (or Huber's M-estimator).
 
     ``se_us``: each point's standard error from its own samples, if known; only used to test for
     lack of fit, never to weight (a point that happened to be quiet must not dominate).
+    ``n_inliers``, ``inlier_skew``: each point's count and skewness of the samples its time averages
+    (``calib.timing.Measurement``), if known, with ``se_us``: right skew is interference inside the
+    outlier cut, whose bias the CIs are then widened by (see ``INTERFERENCE_BIAS_PER_SKEW``).
     ``fitting``: what is being fitted (a parameter's name), for the message of points refused."""
     # the estimators themselves, not statsmodels.api (the same classes, which also imports its
     # formulas, time series and graphics): 0.3-0.5 s less in every notebook's fit phase on a 2-core
@@ -323,6 +366,13 @@ def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False
     q = stats.t.ppf(0.975, dof)
     icpt_ci = (params[0] - q * bse[0], params[0] + q * bse[0])
     slope_ci = ((params[1] - q * bse[1]) / scale, (params[1] + q * bse[1]) / scale)
+    interference = _interference(t_us, se_us, n_inliers, inlier_skew)
+    if interference and interference["interference_skew_z"] > INTERFERENCE_WIDEN_Z:
+        bias = interference["interference_bias_rel"]
+        icpt_ci = _toward_zero(icpt_ci, params[0], bias)
+        slope_ci = _toward_zero(slope_ci, params[1] / scale, bias)
+        interference["interference_ci_widened"] = True
+        method += f"; CI widened by {bias:.2%} for interference inside the outlier cut"
 
     r2 = weighted_r2(t_norm, weighted_residuals=resid_w, weights=weights)
     std_resid = resid_w / scale_est if scale_est > 0 else np.zeros_like(resid_w)
@@ -332,9 +382,44 @@ def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False
                         slope_ci95=(float(slope_ci[0]), float(slope_ci[1])), slope_se=float(bse[1] / scale),
                         dof=dof, r2=float(r2), fitted_us=np.asarray(fitted), std_resid=np.asarray(std_resid))
     _diagnose(fit, design, t_norm, weights)
+    if interference:
+        fit.diagnostics.update(interference)
     if se_us is not None:
         _lack_of_fit(fit, np.asarray(se_us, dtype=float))
     return fit
+
+
+def _interference(t_us, se_us, n_inliers, inlier_skew) -> dict | None:
+    """The points' pooled inlier skewness (its z against 0, the skew of symmetric noise) and the
+    relative bias of their times it implies (``INTERFERENCE_BIAS_PER_SKEW``), or None where the points
+    do not carry what it takes. Each point's skewness is weighted by its inlier count; its variance
+    under normal noise is 6 (n - 2) / ((n + 1) (n + 3))."""
+    if se_us is None or n_inliers is None or inlier_skew is None:
+        return None
+    t = np.asarray(t_us, dtype=float)
+    se = np.asarray(se_us, dtype=float)
+    n = np.asarray(n_inliers, dtype=float)
+    g = np.asarray(inlier_skew, dtype=float)
+    if not t.shape == se.shape == n.shape == g.shape:
+        return None
+    ok = np.isfinite(g) & np.isfinite(se) & (se > 0) & np.isfinite(n) & (n >= 3) & (t > 0)
+    if not ok.any():
+        return None
+    t, se, n, g = t[ok], se[ok], n[ok], g[ok]
+    var_g = 6.0 * (n - 2) / ((n + 1) * (n + 3))
+    skew = float(np.sum(n * g) / np.sum(n))
+    z = skew / float(np.sqrt(np.sum(n * n * var_g)) / np.sum(n))
+    sd_rel = se * np.sqrt(n) / t  # the inliers' SD, from the standard error of their mean
+    bias = INTERFERENCE_BIAS_PER_SKEW * float(np.sum(n * g * sd_rel) / np.sum(n))
+    return {"interference_skew": skew, "interference_skew_z": z, "interference_bias_rel": max(bias, 0.0)}
+
+
+def _toward_zero(ci, value, bias):
+    """``ci`` extended by ``bias`` (a share of ``value``) on the side of zero: where the times are
+    ``1 + bias`` too high, so are the line's slope and intercept, and the truth lies nearer zero."""
+    lo, hi = ci
+    shift = bias * abs(float(value))
+    return (lo - shift, hi) if value > 0 else (lo, hi + shift)
 
 
 def _huber(t_w, design_w):
@@ -424,10 +509,12 @@ def weighted_r2(t_us, *, weighted_residuals, weights) -> float:
 def fit_timed(group, x, *, robust: bool = False, fitting: str | None = None) -> LinearTimeFit:
     """``fit_linear_time`` over a tidy sweep frame's rows: times, sample counts and standard
     errors from the frame's columns, the work ``x`` from the caller."""
+    def column(name):
+        return group[name].to_numpy() if name in group else None
+
     return fit_linear_time(np.asarray(x, dtype=float), group["time_us"].to_numpy(),
-                           n_samples=group["n_samples"].to_numpy(),
-                           se_us=group["se_us"].to_numpy() if "se_us" in group else None, robust=robust,
-                           fitting=fitting)
+                           n_samples=group["n_samples"].to_numpy(), se_us=column("se_us"), robust=robust,
+                           fitting=fitting, n_inliers=column("n_inliers"), inlier_skew=column("inlier_skew"))
 
 
 def fit_rates(frame, calibration: str, *, work, name, scale: float, unit: str, by: str | list | None = None,

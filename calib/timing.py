@@ -292,6 +292,23 @@ class Measurement:
     def n_outliers(self) -> int:
         return int(np.count_nonzero(self._use) - np.count_nonzero(self.inliers))
 
+    @property
+    def n_inliers(self) -> int:
+        return int(np.count_nonzero(self.inliers))
+
+    @cached_property
+    def inlier_skew(self) -> float:
+        """Skewness of the inlying samples (the third central moment over the variance to the 3/2):
+        about 0 for a kernel's own, symmetric noise; positive where interference slows some samples
+        by less than the cut, which ``center_us`` then averages in (``calib.fit`` turns it into a
+        bound on that bias). NaN with fewer than 3 inliers or none apart."""
+        kept = self.samples_us[self.inliers]
+        if kept.size < 3:
+            return float("nan")
+        d = kept - kept.mean()
+        m2 = float(np.mean(d * d))
+        return float(np.mean(d**3) / m2**1.5) if m2 > 0 else float("nan")
+
     @cached_property
     def iqr_us(self) -> float:
         if not self._used.size:
@@ -338,6 +355,7 @@ class Measurement:
     def summary(self) -> dict:
         return {"time_us": self.center_us, "se_us": self.se_us, "median_us": self.median_us, "mean_us": self.mean_us,
                 "iqr_us": self.iqr_us, "n_samples": self.n, "n_outliers": self.n_outliers,
+                "n_inliers": self.n_inliers, "inlier_skew": self.inlier_skew,
                 "median_rel_ci95": self.median_rel_ci95, "stop_reason": self.stop_reason,
                 "throttled": self.throttled, "simulated": self.simulated,
                 **({"n_set_aside": self.n_set_aside} if self.set_aside is not None else {})}

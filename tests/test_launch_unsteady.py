@@ -91,7 +91,12 @@ def test_a_slow_stretch_is_set_aside_for_every_point_and_the_lines_stay_within_3
     host = UnsteadyHost(seed=5, slow_from_us=0.12e6, slow_to_us=0.45e6)
     before = interleave([host.sampler(k, x) for k, x in POINTS], rule, seed=0)
     rec = _fit([Measurement(np.asarray(s), stop_reason=r) for s, r in before])[launch.OVERHEAD]
-    assert not rec["ci95"][0] <= OVERHEAD_US <= rec["ci95"][1], rec  # the slow host's cost, not the steady one
+    # the slow host's cost, not the steady one: the fit's own CI misses the steady cost. The slow
+    # samples skew the points right, so the record is flagged, and its CI is widened by the bias the
+    # skew implies (calib.fit's interference check), down to about the steady cost.
+    own_lo = rec["ci95"][0] + rec["diagnostics"].get("interference_bias_rel", 0.0) * rec["value"]
+    assert not own_lo <= OVERHEAD_US <= rec["ci95"][1], rec
+    assert any(f.startswith("interference inside the outlier cut") for f in rec["flags"]), rec
 
 
 def test_a_calm_host_has_nothing_set_aside():

@@ -569,7 +569,8 @@ class Store:
                              "throttled": res.throttled, "simulated": res.simulated, "perf_config": res.perf_config,
                              "attempt": res.attempt, "cooldown_s": res.cooldown_s,
                              "set_aside_because": res.set_aside_because, "tuned_on_config_id": res.tuned_on_config_id,
-                             "gpu_id": gpu_id, "result_id": res.id, **_host_unsteady(res.protocol)})
+                             "gpu_id": gpu_id, "result_id": res.id, **_host_unsteady(res.protocol),
+                             **_inlier_shape(res.samples_us, res.protocol)})
         return pd.DataFrame(rows)
 
     def jobs_frame(self, session_id: int):
@@ -648,6 +649,25 @@ def _host_unsteady(protocol) -> dict:
     slow state (``calib.timing.unsteady_rounds``), for the fit's flag; absent for every other result."""
     note = (protocol or {}).get("host_unsteady")
     return {"n_set_aside": len(note.get("set_aside_rounds") or [])} if isinstance(note, dict) else {}
+
+
+def _inlier_shape(samples_us, protocol) -> dict:
+    """``n_inliers`` and ``inlier_skew`` of a result's samples, as its Measurement had them (its
+    set-aside rounds left out): the fit's check for interference inside the outlier cut
+    (``calib.fit``) reads them from the frame, recomputed here from the stored samples."""
+    import numpy as np
+
+    from ..timing import Measurement
+
+    samples = np.asarray(samples_us if samples_us is not None else [], dtype=float).ravel()
+    note = (protocol or {}).get("host_unsteady")
+    aside = None
+    if isinstance(note, dict) and note.get("set_aside_rounds"):
+        rounds = np.asarray([int(i) for i in note["set_aside_rounds"]], dtype=int)
+        aside = np.zeros(samples.size, dtype=bool)
+        aside[rounds[(rounds >= 0) & (rounds < samples.size)]] = True
+    m = Measurement(samples, set_aside=aside)
+    return {"n_inliers": m.n_inliers, "inlier_skew": m.inlier_skew}
 
 
 def _result_row(session_id: int, config_id: int, job_id: int | None, measurement, *, role: str,
