@@ -24,6 +24,8 @@
 #                  SK_PROFILE=PATH reads that profile (e.g. /tmp/bench-quick/profile.json after `quick`
 #                  in the same call: this GPU's own; a warm machine keeps an earlier call's there, so
 #                  ask for `quick` first) instead of the lookup order's
+#   norm-seedN     normalization's evaluation alone, 100 problems of seed N, into norm-seedN/
+#                  (NM_BUDGET_S, NM_TIMEOUT as SK_*)
 #   splitk-focusN  the same on SKF_COUNT (1000) fp32 problems of at most 64 output rows
 #                  (bench/splitk_focus.py; SKF_BUDGET_S, SKF_TIMEOUT as SK_*)
 #   verify-shipped calib verify --profile profiles/nvidia-h200.json (default thresholds)
@@ -89,6 +91,11 @@ for s in "${@:-quick}"; do
         --count "${SK_COUNT:-1000}" --seed "$seed" --max-bytes 1.0e9 --budget-s "${SK_BUDGET_S:-170}" \
         ${SK_PROFILE:+--profile "$SK_PROFILE"} \
         --db "sqlite:////dev/shm/calib-splitk-$seed.sqlite" --out "$res/$s/heuristics-matmul_splitk" --progress ;;
+    norm-seed*)  # normalization alone, 100 problems of seed N (a live check of a normalization change)
+      seed=${s#norm-seed}; mkdir -p "$res/$s"
+      step "$s" "${NM_TIMEOUT:-120}" python3 -m calib heuristics evaluate --kind normalization --backend cupy \
+        --count 100 --seed "$seed" --max-bytes 1.0e9 --budget-s "${NM_BUDGET_S:-90}" \
+        --db "sqlite:////dev/shm/calib-norm-$seed.sqlite" --out "$res/$s/heuristics-normalization" --progress ;;
     splitk-focus*)  # split-K alone on SKF_COUNT fp32 problems of at most 64 rows drawn from seed N
       # (bench/splitk_focus.py: where its worst cases live; training data, seeds >= 2000)
       seed=${s#splitk-focus}; mkdir -p "$res/$s"

@@ -273,9 +273,16 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     started = _time.perf_counter()
     from .predictor import declined_corrections
 
+    from .registry import ReadRecorder
+
+    rec = ReadRecorder(profile)
     with replay_oracle, declined_corrections() as declined:
         rows, stopped_early = _run_problems(fam, kind, problems, make_case, tuner, profile, timer, budget_s,
                                             progress, started)
+        # inside a recording's cuBLASLt answers, as its problems were: outside them a replay whose first
+        # problem is fp32 warned that no cuBLASLt was at hand
+        _parameters_read(fam, [fam.descriptor(r["descriptor"]) for r in rows if "error" not in r] or problems[:1],
+                         rec)
     if backend == "cupy":
         _cp_free()
     rows.extend(recorded_failures)
@@ -283,10 +290,6 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     summary = {name: summarize([r[f"{name}_us"] for r in ok], [r["best_us"] for r in ok])
                for name in ("heuristic", "baseline", "library")}
     pred = {"all": prediction_errors(ok), "memory_bound": prediction_errors(ok, only_memory_bound=True)}
-    from .registry import ReadRecorder
-
-    rec = ReadRecorder(profile)
-    _parameters_read(fam, [fam.descriptor(r["descriptor"]) for r in ok] or problems[:1], rec)
     return {"format": "calib.heuristics.evaluation", "version": 1, "kind": kind, "backend": backend,
             "simulated": simulated, "replayed": replayed is not None, "device": device, "software": software,
             "profile": _profile_source(profile), "parameters_read": sorted(rec.names),
