@@ -328,16 +328,18 @@ def test_the_persistent_bias_is_the_one_sided_group_s_20th_percentile():
     corrected model too optimistic for persistent (e 0.040..0.268); over all 29 recordings the group's
     71 problems are not all one side (e -0.36..+0.30), but four in five are above 0.10. The bias is the
     20th percentile (left out one seed at a time, without it H's worst case is 0.727, K's 0.809, with
-    it 0.944 and 0.935)."""
+    it 0.944 and 0.935). Since 2026-12-07 fp32 rows at two rows per SM are of the group too (32
+    problems more: e median +0.18 over all 51 recordings), and the bias refits 0.1052 -> 0.1079."""
     few = _ratio_errors()
-    assert len(few) == 71 and few[int(0.2 * len(few))] > 0.1
+    assert len(few) == 71 + 32 and few[int(0.2 * len(few))] > 0.1
     assert few[int(0.2 * len(few))] == pytest.approx(N.corrections().persistent_bias, abs=1e-4)
 
 
 def test_the_bias_applies_only_to_its_group_and_moves_the_strategy():
     """H's fp16 layer norm 354 x 11386 (3 rows per SM): the model ranks a persistent 128-thread block
     first (9.6 us; 11.8 measured), multi-pass at 512 threads ran 8.6 us. With the bias the choice is
-    multi-pass; fp32 rows and one row per SM keep the model's order."""
+    multi-pass; fp32 rows at 3 rows per SM, one row per SM and short rows keep the model's order. fp32
+    rows at two per SM (seed 102's softmax 215 x 16440, live 0.822 on 2026-12-07) are of the group."""
     q = q_of(_profile("H"))
     d = N.descriptor({"op": "layernorm", "rows": 354, "cols": 11386, "dtype": "float16"})
     ranked = sorted(((N.model_us(d, k, q), k) for k in N.space(d)), key=lambda x: x[0])
@@ -345,8 +347,14 @@ def test_the_bias_applies_only_to_its_group_and_moves_the_strategy():
     assert N.choose_ranked(d, [(t, k) for t, k in ranked], q)["strategy"] == "multipass"
     for other in ({"op": "layernorm", "rows": 354, "cols": 11386, "dtype": "float32"},
                   {"op": "layernorm", "rows": 100, "cols": 11386, "dtype": "float16"},
-                  {"op": "layernorm", "rows": 354, "cols": 2048, "dtype": "float16"}):
+                  {"op": "layernorm", "rows": 354, "cols": 2048, "dtype": "float16"},
+                  {"op": "softmax", "rows": 215, "cols": 2048, "dtype": "float32"}):
         assert N.persistent_bias(N.descriptor(other), q) == 0.0
+    fp32 = N.descriptor({"op": "softmax", "rows": 215, "cols": 16440, "dtype": "float32"})
+    assert N.persistent_bias(fp32, q) == N.corrections().persistent_bias > 0.1
+    ranked = sorted(((N.model_us(fp32, k, q), k) for k in N.space(fp32)), key=lambda x: x[0])
+    assert ranked[0][1]["strategy"] == "persistent"  # predicted 10.2 us; it ran 12.1, multi-pass 9.9
+    assert N.choose_ranked(fp32, ranked, q)["strategy"] == "multipass"
 
 
 def test_the_h200_corrections_apply_to_its_architecture_only():
