@@ -890,7 +890,14 @@ def _load(path, device, software, strict: bool, allow_foreign: bool) -> Profile:
         except _NotThere:
             looked.append(f"{candidate} does not exist")
             if explicit:
-                _fail(strict, f"profile {candidate} ({origin}) does not exist")
+                # the lookup stops here, as for a broken file: going on to the user's or the shipped
+                # profile served another file's numbers (another GPU's, for a mistyped path) under
+                # the name asked for, and `calib show MISSING.json` showed them with exit 0
+                message = f"profile {candidate} ({origin}) does not exist"
+                _fail(strict, message)
+                empty = Profile(origin="empty", notes=[message + ": every query returns its default"])
+                empty.looked = looked
+                return empty
             continue
         except ProfileError as exc:
             _fail(strict, str(exc))

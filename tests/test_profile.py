@@ -155,6 +155,31 @@ def test_missing_explicit_path_is_an_error_only_in_strict_mode(tmp_path):
     assert p.origin == "empty"
 
 
+def test_a_missing_explicit_path_stops_the_lookup_rather_than_serve_the_users_profile(
+        tmp_path, monkeypatch, fixture_path, capsys):
+    from calib import profile as profile_mod
+    from calib.cli import main
+
+    user = tmp_path / "xdg" / "calib" / "profiles"
+    user.mkdir(parents=True)
+    (user / "nvidia-h200.json").write_text(fixture_path("good_h200.json").read_text())
+    monkeypatch.setattr(profile_mod, "user_profiles_dir", lambda: user)
+    monkeypatch.setattr("calib.fingerprint.detect_current", lambda index=0: (H200, H200_SW))
+    assert load_profile(device=H200, software=H200_SW).query(READ, 5.0) == 4460.0  # the user's, looked up
+    missing = tmp_path / "typo.json"
+    with pytest.warns(ProfileWarning, match="typo.json .* does not exist"):
+        p = load_profile(missing, device=H200, software=H200_SW)
+    assert p.origin == "empty" and p.query(READ, 5.0) == 5.0
+    monkeypatch.setenv("CALIB_PROFILE", str(missing))
+    with pytest.warns(ProfileWarning, match="does not exist"):
+        assert load_profile(device=H200, software=H200_SW).query(READ, 5.0) == 5.0
+    monkeypatch.delenv("CALIB_PROFILE")
+    assert main(["show", str(missing)]) == 2 and main(["show", str(missing), "--json"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["query", READ, "--profile", str(missing), "--default", "5"]) == 0
+    assert capsys.readouterr().out.strip() == "5.0"
+
+
 def test_module_level_query_uses_the_lookup(tmp_path, monkeypatch, fixture_path):
     monkeypatch.setenv("CALIB_PROFILE", str(fixture_path("good_h200.json")))
     monkeypatch.setattr("calib.fingerprint.detect_current", lambda index=0: None)
