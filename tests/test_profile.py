@@ -253,7 +253,9 @@ WRITER = textwrap.dedent("""
     from calib.profile import merge_into
     real_replace = os.replace
     def stuck_replace(src, dst):
-        open(sys.argv[2], "w").write(str(src))  # tell the test the temporary file is complete
+        with open(sys.argv[2] + ".part", "w") as fh:  # tell the test the temporary file is complete,
+            fh.write(str(src))                         # whole: it polls for the name, which opening
+        real_replace(sys.argv[2] + ".part", sys.argv[2])  # in place made visible before the text
         time.sleep(600)                     # ... and be killed here, before the rename
     os.replace = stuck_replace
     merge_into(sys.argv[1], {"memory.dram.read_bandwidth_gbps": {"value": 9999.0}},
