@@ -138,6 +138,20 @@ def test_export_then_import_round_trips_and_is_idempotent(db_url, tmp_path):  # 
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_export_gives_one_line_per_key_the_fastest_of_the_sessions_that_tuned_it(db_url, tmp_path):  # noqa: F811
+    store = Store(db_url)
+    for times in ((30.0, 40.0, 50.0), (31.0, 39.0, 52.0)):  # a rerun of the same three configs
+        sid = _session(store)
+        store.enqueue(sid, _configs(3))
+        for t, (jid, _) in zip(times, store.claim([sid], worker="w", limit=3)):
+            assert store.complete(jid, _m(t, {"tile": 128}), worker="w")
+    assert len(winners(store)) == 6
+    path = tmp_path / "w.tsv"
+    assert export_tsv(store, path) == 3
+    rows = [line.split("\t") for line in path.read_text().splitlines()[2:]]
+    assert len({r[3] for r in rows}) == 3 and sorted(float(r[5]) for r in rows) == [30.0, 39.0, 50.0]
+
+
 _EXPORT_UNDER_A_SIZE_LIMIT = """
 import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk

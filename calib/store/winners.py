@@ -57,8 +57,14 @@ def winners(store: Store, session_id: int | None = None):
 
 
 def export_tsv(store: Store, path, session_id: int | None = None) -> int:
-    """Write the winners as a TSV, atomically: the target is either the old file or the new one."""
+    """Write the winners as a TSV, atomically: the target is either the old file or the new one.
+    One line per key of the table (architecture, SM count, device, config): where several sessions
+    tuned a config (a rerun, an imported table), the fastest of their winners. One line per
+    session's winner had given a library two answers for one lookup."""
     frame = winners(store, session_id)
+    key = ["arch", "sm_count", "device", "config"]
+    frame = (frame.sort_values(["kernel_time_us", "session_id"], kind="mergesort")
+             .drop_duplicates(key, keep="first").sort_values(["session_id", "result_id"], kind="mergesort"))
     buf = io.StringIO(newline="")
     buf.write(TSV_MAGIC + "\n")
     w = csv.writer(buf, delimiter="\t", lineterminator="\n")
