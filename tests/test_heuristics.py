@@ -158,6 +158,37 @@ def test_a_builtin_heuristic_that_raises_is_not_dressed_as_a_user_error(sim_prof
         H.choose("pointwise", D, sim_prof)
 
 
+def test_the_builtin_called_from_a_users_replacement_keeps_its_own_exception(sim_prof, monkeypatch):
+    """A replacing layer that asks H.builtin for its answer is not named for the built-in's bug."""
+    from calib.heuristics import pointwise
+
+    def broken(d, prof):
+        raise ZeroDivisionError("calib's own bug")
+
+    monkeypatch.setattr(pointwise, "heuristic", broken)
+    H.register("pointwise", lambda d, prof: H.builtin("pointwise", d, prof))
+    with pytest.raises(ZeroDivisionError, match="calib's own bug"):
+        H.choose("pointwise", D, sim_prof)
+
+
+def test_a_heuristic_error_a_user_raises_declines_the_problem_as_it_is(sim_prof):
+    """Raised on purpose (this problem is not the rule's), a HeuristicError passes unwrapped: the
+    caller sees the user's own error, and an evaluation counts that choice as failed, not stopped."""
+    from calib.heuristics import evaluate as E
+
+    class NotMine(H.HeuristicError):
+        pass
+
+    def picky(d, prof):
+        raise NotMine(f"not my problem: {d}")
+
+    with H.using("pointwise", picky):
+        with pytest.raises(NotMine):
+            H.choose("pointwise", D, sim_prof)
+        res = E.evaluate("pointwise", count=3, seed=0, backend="sim")
+    assert res["evaluated"] == 3 and res["summary"]["heuristic"]["choice_failed"] == 3
+
+
 @pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
 def test_an_interrupt_inside_a_user_heuristic_is_not_caught(sim_prof, stop):
     def interrupted(d, prof):

@@ -30,9 +30,13 @@ __all__ = ["KINDS", "HeuristicError", "HeuristicWarning", "OverrideFileError", "
 def builtin(kind: str, descriptor, profile=None) -> dict:
     """The built-in heuristic's answer alone (no user layer, no override)."""
     from .families import family
-    from .registry import default_profile
+    from .registry import default_profile, mark_builtin
 
-    return family(kind).heuristic(descriptor, default_profile() if profile is None else profile)
+    try:
+        return family(kind).heuristic(descriptor, default_profile() if profile is None else profile)
+    except Exception as exc:  # calib's own: a user layer that called this is not named for it
+        mark_builtin(exc)
+        raise
 
 
 def baseline(kind: str, descriptor, profile=None) -> dict:

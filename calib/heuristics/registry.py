@@ -155,13 +155,30 @@ class _Layer:
     def call(self, kind: str, descriptor, *args):
         """``fn(descriptor, *args)``; whatever it raises (an Exception: never KeyboardInterrupt or
         SystemExit) comes out as UserHeuristicError naming this layer and the problem, chained to it.
-        One that a user layer above or below raised already names its own layer and passes as it is."""
+        Three pass as they are: a HeuristicError (a layer above or below named itself already, or the
+        user declines the problem on purpose: an evaluation counts that choice as failed), and what
+        the built-in raised when the layer called it (:func:`calib.heuristics.builtin`: calib's bug,
+        not the user's)."""
         try:
             return self.fn(descriptor, *args)
-        except UserHeuristicError:
+        except HeuristicError:
             raise
         except Exception as exc:
+            if getattr(exc, BUILTIN_RAISED, False):
+                raise
             raise _user_error(self, kind, descriptor, exc) from exc
+
+
+BUILTIN_RAISED = "_calib_builtin_raised"  # set on an exception the built-in raised inside a user's layer
+
+
+def mark_builtin(exc: BaseException) -> None:
+    """Mark ``exc`` as the built-in heuristic's own, so that a user layer that called it does not
+    take the blame (:meth:`_Layer.call`)."""
+    try:
+        setattr(exc, BUILTIN_RAISED, True)
+    except Exception:  # noqa: BLE001 - an exception type that takes no attribute is wrapped, as before
+        pass
 
 
 def _qualified_name(fn) -> str:
