@@ -121,7 +121,8 @@ class LinearTimeFit:
         rel = (hi - lo) / 2 / self.rate_per_s if self.rate_per_s > 0 else float("inf")
         if rel > MAX_REL_CI_HALFWIDTH:
             flags.append(f"wide CI: ±{rel:.1%}")
-        flags += _interference_flags(self, rel, "low")
+        flags += _interference_flags(self, rel, -self.diagnostics.get("interference_slope_bias_us", 0.0)
+                                     / self.slope_us if self.slope_us else 0.0)
         return _record(value, (lo / scale, hi / scale), unit, self, flags, source,
                        ci_method="inverted slope CI" if self.slope_ci95[0] > 0 else "delta method")
 
@@ -131,7 +132,8 @@ class LinearTimeFit:
         rel = (self.slope_ci95[1] - self.slope_ci95[0]) / 2 / abs(self.slope_us) if self.slope_us else float("inf")
         if rel > MAX_REL_CI_HALFWIDTH:
             flags.append(f"wide CI: ±{rel:.1%}")
-        flags += _interference_flags(self, rel, "high")
+        flags += _interference_flags(self, rel, self.diagnostics.get("interference_slope_bias_us", 0.0)
+                                     / abs(self.slope_us) if self.slope_us else 0.0)
         return _record(self.slope_us, self.slope_ci95, unit, self, flags, source, ci_method="slope CI")
 
     def intercept_record(self, unit: str = "us", *, source: str | None = None) -> dict:
@@ -140,7 +142,8 @@ class LinearTimeFit:
             flags.append("negative fixed cost: the model misses something at small sizes")
         lo, hi = self.intercept_ci95
         rel = (hi - lo) / 2 / abs(self.intercept_us) if self.intercept_us else float("inf")
-        flags += _interference_flags(self, rel, "high" if self.intercept_us > 0 else "low")
+        flags += _interference_flags(self, rel, self.diagnostics.get("interference_intercept_bias_us", 0.0)
+                                     / abs(self.intercept_us) if self.intercept_us else 0.0)
         return _record(self.intercept_us, self.intercept_ci95, unit, self, flags, source,
                        ci_method="intercept CI")
 
@@ -203,18 +206,18 @@ class LinearTimeFit:
         return detach(fig) if created else fig
 
 
-def _interference_flags(fit: LinearTimeFit, rel_halfwidth: float, direction: str) -> list[str]:
+def _interference_flags(fit: LinearTimeFit, rel_halfwidth: float, bias_rel: float) -> list[str]:
     """The flag of a parameter whose points show interference inside the outlier cut that biases it
-    materially (see ``INTERFERENCE_BIAS_PER_SKEW``), or none. ``direction``: which way the bias
-    moves this parameter ("low" for a rate, "high" for a time)."""
-    d = fit.diagnostics
-    bias, z = d.get("interference_bias_rel"), d.get("interference_skew_z")
-    if bias is None or z is None or not z > INTERFERENCE_FLAG_Z:
+    materially (see ``INTERFERENCE_BIAS_PER_SKEW``), or none. ``bias_rel``: the parameter's own bias,
+    as a share of it, positive where its estimate is too high (the points' biases through the fit)."""
+    z = fit.diagnostics.get("interference_skew_z")
+    if z is None or not z > INTERFERENCE_FLAG_Z or not math.isfinite(bias_rel):
         return []
-    if not bias > max(INTERFERENCE_MATERIAL_OF_CI * rel_halfwidth, INTERFERENCE_MATERIAL_REL):
+    if not abs(bias_rel) > max(INTERFERENCE_MATERIAL_OF_CI * rel_halfwidth, INTERFERENCE_MATERIAL_REL):
         return []
+    direction = "high" if bias_rel > 0 else "low"
     return [f"interference inside the outlier cut: the points' samples skew right (z={z:.1f}); the value may be "
-            f"about {bias:.2%} {direction} (estimated from the skew), and its CI is widened by that"]
+            f"about {abs(bias_rel):.2%} {direction} (estimated from the skew), and its CI is widened by that"]
 
 
 def estimate_text(record: dict) -> str:
@@ -367,12 +370,19 @@ def fit_linear_time(x, t_us, *, n_samples=None, se_us=None, robust: bool = False
     icpt_ci = (params[0] - q * bse[0], params[0] + q * bse[0])
     slope_ci = ((params[1] - q * bse[1]) / scale, (params[1] + q * bse[1]) / scale)
     interference = _interference(t_us, se_us, n_inliers, inlier_skew)
-    if interference and interference["interference_skew_z"] > INTERFERENCE_WIDEN_Z:
-        bias = interference["interference_bias_rel"]
-        icpt_ci = _toward_zero(icpt_ci, params[0], bias)
-        slope_ci = _toward_zero(slope_ci, params[1] / scale, bias)
-        interference["interference_ci_widened"] = True
-        method += f"; CI widened by {bias:.2%} for interference inside the outlier cut"
+    if interference:
+        # each point's bias (us) through the fit's own weights: the line's bias, parameter by parameter.
+        # A pooled share of every time was right only where interference scaled with the time; a delay
+        # of the same microseconds at every point lands on the intercept (8-12% there, 2026-12-07)
+        delta = interference.pop("delta_us") / t_unit
+        xtw = design.T * weights
+        b = np.linalg.solve(xtw @ design, xtw @ delta) * t_unit
+        interference.update(interference_intercept_bias_us=float(b[0]), interference_slope_bias_us=float(b[1] / scale))
+        if interference["interference_skew_z"] > INTERFERENCE_WIDEN_Z:
+            icpt_ci = _away_from_bias(icpt_ci, b[0])
+            slope_ci = _away_from_bias(slope_ci, b[1] / scale)
+            interference["interference_ci_widened"] = True
+            method += "; CI widened by the bias of interference inside the outlier cut"
 
     r2 = weighted_r2(t_norm, weighted_residuals=resid_w, weights=weights)
     std_resid = resid_w / scale_est if scale_est > 0 else np.zeros_like(resid_w)
@@ -405,21 +415,22 @@ def _interference(t_us, se_us, n_inliers, inlier_skew) -> dict | None:
     ok = np.isfinite(g) & np.isfinite(se) & (se > 0) & np.isfinite(n) & (n >= 3) & (t > 0)
     if not ok.any():
         return None
+    delta_us = np.zeros_like(t)  # each point's bias, signed: symmetric noise's skews average out
+    delta_us[ok] = INTERFERENCE_BIAS_PER_SKEW * g[ok] * se[ok] * np.sqrt(n[ok])  # SD from the SE of the mean
     t, se, n, g = t[ok], se[ok], n[ok], g[ok]
     var_g = 6.0 * (n - 2) / ((n + 1) * (n + 3))
     skew = float(np.sum(n * g) / np.sum(n))
     z = skew / float(np.sqrt(np.sum(n * n * var_g)) / np.sum(n))
-    sd_rel = se * np.sqrt(n) / t  # the inliers' SD, from the standard error of their mean
-    bias = INTERFERENCE_BIAS_PER_SKEW * float(np.sum(n * g * sd_rel) / np.sum(n))
-    return {"interference_skew": skew, "interference_skew_z": z, "interference_bias_rel": max(bias, 0.0)}
+    bias = float(np.sum(n * delta_us[ok] / t) / np.sum(n))
+    return {"interference_skew": skew, "interference_skew_z": z, "interference_bias_rel": max(bias, 0.0),
+            "delta_us": delta_us}
 
 
-def _toward_zero(ci, value, bias):
-    """``ci`` extended by ``bias`` (a share of ``value``) on the side of zero: where the times are
-    ``1 + bias`` too high, so are the line's slope and intercept, and the truth lies nearer zero."""
+def _away_from_bias(ci, bias):
+    """``ci`` extended by ``|bias|`` on the side the bias hides: an estimate ``bias`` too high has its
+    truth below the interval's lower end, one too low (a negative bias) above its upper end."""
     lo, hi = ci
-    shift = bias * abs(float(value))
-    return (lo - shift, hi) if value > 0 else (lo, hi + shift)
+    return (lo - bias, hi) if bias > 0 else (lo, hi - bias)
 
 
 def _huber(t_w, design_w):
