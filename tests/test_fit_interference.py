@@ -165,3 +165,10 @@ def test_a_delay_of_the_same_microseconds_at_every_point_widens_the_intercept_no
     # relative to each parameter, the intercept takes ten times the slope's share or more
     assert np.median(icpt_share) > 10 * np.median(slope_share), (np.median(icpt_share), np.median(slope_share))
     assert covered >= 3 * max(pooled_covered, 1), (covered, pooled_covered)
+
+
+def test_a_damaged_set_aside_entry_does_not_end_the_sessions_frame():
+    samples = [10.0, 10.1, 9.9, 10.2, 30.0, 10.0]
+    shape = _inlier_shape(samples, {"host_unsteady": {"set_aside_rounds": [4, None, "x", 2.5]}})
+    assert shape["n_inliers"] == 5  # round 4 set aside, the damaged entries ignored
+    assert _inlier_shape(samples, {"host_unsteady": {"set_aside_rounds": "4"}})["n_inliers"] >= 5

@@ -662,8 +662,9 @@ def _inlier_shape(samples_us, protocol) -> dict:
     samples = np.asarray(samples_us if samples_us is not None else [], dtype=float).ravel()
     note = (protocol or {}).get("host_unsteady")
     aside = None
-    if isinstance(note, dict) and note.get("set_aside_rounds"):
-        rounds = np.asarray([int(i) for i in note["set_aside_rounds"]], dtype=int)
+    if isinstance(note, dict) and isinstance(note.get("set_aside_rounds"), list) and note["set_aside_rounds"]:
+        # a damaged entry (not a whole number) is left out: it must not end the frame of the whole session
+        rounds = np.asarray([i for i in note["set_aside_rounds"] if type(i) is int], dtype=int)
         aside = np.zeros(samples.size, dtype=bool)
         aside[rounds[(rounds >= 0) & (rounds < samples.size)]] = True
     m = Measurement(samples, set_aside=aside)
