@@ -661,7 +661,7 @@ FEW_ROWS_MIN_COLS = 4096
 # 0.1079; replayed on all 51 recordings, 14 change choices and none falls: the live seed 102's worst case
 # 0.822 -> 0.955 (fp32 softmax 215 x 16440, persistent v4 x 32 at 1024 threads against multi-pass, the
 # pattern of T's 219 x 26328 and seed 29's 223 x 23576), 33's 0.863 -> 0.901, 40's 0.895 -> 0.940, 35's
-# and 37's up; all nine recordings that improved their worst case are in no fit (seeds 26-102). T
+# and 37's up; the five whose worst case rose are all in no fit (seeds 26-102). T
 # (0.716) and seed 29 (0.815) stay.
 FEW_ROWS_FP32_PER_SM = 2
 BIAS_QUANTILE = 0.2
