@@ -79,6 +79,8 @@ def _pct(v) -> str:
 
 def table(rows: list[tuple[str, dict]]) -> str:
     seeds = [re.sub(r"^\D*", "", n) or n for n, _ in rows]
+    if len(set(seeds)) < len(seeds):  # splitk-seed64 beside heuristics-seed64: a column each, named whole
+        seeds = [n for n, _ in rows]
 
     def line(label, cells):
         return f"| {label} | " + " | ".join(cells) + " |"

@@ -38,6 +38,16 @@ def test_runs_sort_by_seed_and_read_gzipped_evaluations(tmp_path):
     assert names == ["splitk-seed9", "splitk-seed10"]
 
 
+def test_two_runs_of_one_seed_get_a_column_each_named_by_their_folder(tmp_path):
+    for sub in ("splitk-seed55", "heuristics-seed55", "splitk-seed56"):
+        (tmp_path / sub).mkdir()
+        shutil.copy(S12C4 / "splitk-seed55" / "heuristics-matmul_splitk.json", tmp_path / sub)
+    header = T.table(T.runs(tmp_path, "matmul_splitk")).splitlines()[0]
+    assert header == "| seed | heuristics-seed55 | splitk-seed55 | splitk-seed56 |"
+    header = T.table(T.runs(S12C4, "matmul_splitk")).splitlines()[0]
+    assert header.startswith("| seed | 55 | 56 |")  # one run a seed: the number alone
+
+
 def test_a_run_that_stopped_short_misses_a_bar():
     res = json.loads((S12C4 / "splitk-seed56" / "heuristics-matmul_splitk.json").read_text())
     assert T.misses(res) == []
