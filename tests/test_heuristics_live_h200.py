@@ -60,6 +60,7 @@ fp32 rows 10.9%; 36 5.7%)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -190,10 +191,13 @@ def test_the_live_check_of_seed_14_normalization_missed_on_a_multipass_thread_co
     assert old["strategy"] == "multipass" and old["threads"] == 256, dict(old)
 
 
-def test_seed_29_normalization_misses_only_where_the_model_ranks_persistent_ahead_on_two_fp32_rows_per_sm():
-    """Seed 29's one problem below 0.85 is T's 219 x 26328 pattern: fp32 softmax of about two rows per
-    SM and 20k+ columns, persistent chosen, multi-pass faster; the model's times the wrong way round."""
-    res = _replay("normalization", "29")
+def test_seed_29_normalization_missed_only_where_the_model_ranked_persistent_ahead_on_two_fp32_rows_per_sm():
+    """Seed 29's one problem below 0.85 live is T's 219 x 26328 pattern: fp32 softmax of about two rows per
+    SM and 20k+ columns, persistent chosen, multi-pass faster; the model's times the wrong way round. The
+    pooled few-rows bias (0.108, as in 2026-12-07's version 5 of the corrections) kept that choice; fp32's
+    own (0.145, version 6) takes multi-pass, the measured best, and the worst case to 0.953."""
+    with N.use_corrections(dataclasses.replace(N.corrections(), persistent_bias_by_dtype=None)):
+        res = _replay("normalization", "29")
     h = res["summary"]["heuristic"]
     assert res["evaluated"] == 100 and h["choice_failed"] == 0 and h["geomean_efficiency"] >= 0.97
     assert res["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
@@ -204,3 +208,7 @@ def test_seed_29_normalization_misses_only_where_the_model_ranks_persistent_ahea
     assert d.dtype == "float32" and d.op == "softmax" and 1 < d.rows / N.P.sm_count(q) <= 2 and d.cols > 20000
     assert (chosen["strategy"], best["strategy"]) == ("persistent", "multipass")
     assert N.model_us(d, chosen, q) < N.model_us(d, best, q)
+    now = _replay("normalization", "29")
+    row = next(r for r in now["rows"] if r["descriptor"] == low[0]["descriptor"])
+    assert row["heuristic"] == low[0]["best"] and row["heuristic_us"] == row["best_us"]
+    assert now["summary"]["heuristic"]["worst_efficiency"] == pytest.approx(0.953, abs=5e-4)

@@ -22,6 +22,7 @@ Every live set holds 100 distinct problems (no duplicate drawn), so each replay 
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import warnings
@@ -32,6 +33,7 @@ import pytest
 from calib.heuristics import evaluate as E
 from calib.heuristics import learned as L
 from calib.heuristics import learned_eval
+from calib.heuristics import normalization as N
 from calib.profile import load_profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +60,12 @@ def _replayed(sub: str, kind: str):
         warnings.simplefilter("error", RuntimeWarning)
         res = E.evaluate(kind, backend=f"replay:{path}", profile=load_profile(PROFILE, device=None, software=None))
     return live, res
+
+
+def ran_with():
+    """normalization's corrections as these runs had them: one few-rows bias for every dtype (the
+    pooled one; each dtype's own since version 6 of the file, after them)."""
+    return N.use_corrections(dataclasses.replace(N.corrections(), persistent_bias_by_dtype=None))
 
 
 def _key(row) -> str:
@@ -121,7 +129,8 @@ def test_pointwise_and_normalization_on_seeds_100_to_102_met_their_bars_live_but
 @pytest.mark.parametrize("seed", (100, 101, 102))
 def test_pointwise_on_seeds_100_to_102_and_normalization_on_100_replay_as_they_ran(seed):
     for kind in ("pointwise",) + (("normalization",) if seed == 100 else ()):
-        live, res = _replayed(f"heuristics-seed{seed}", kind)
+        with ran_with():
+            live, res = _replayed(f"heuristics-seed{seed}", kind)
         _assert_replays_as_it_ran(live, res)
         _assert_bars(res)
 
@@ -144,7 +153,8 @@ def test_normalization_on_101_and_102_changes_one_fp32_choice_of_two_rows_per_sm
     few-rows group (normalization.FEW_ROWS_FP32_PER_SM) the replay takes multi-pass there, the measured
     best: 102's worst case 0.822 -> 0.955, and on 101 an fp32 layer norm 221 x 19136 0.901 -> 1.0 (its worst
     case, another problem, stays 0.862). Every other choice is as it ran."""
-    live, res = _replayed(f"heuristics-seed{seed}", "normalization")
+    with ran_with():
+        live, res = _replayed(f"heuristics-seed{seed}", "normalization")
     changed = [(r["descriptor"], was["heuristic"], r["heuristic"], was["best_us"] / was["heuristic_us"])
                for r, was in zip(res["rows"], live["rows"]) if r["heuristic"] != was["heuristic"]]
     desc, was, eff = NORM_CHANGED[seed]
@@ -197,7 +207,7 @@ def test_normalization_live_after_the_fp32_rule_replays_as_it_ran_and_meets_the_
     108's worst case (the next test). Seed 103 stopped at 49 problems, its budget spent compiling."""
     path = NORM_FOLDER / f"norm-seed{seed}" / "heuristics-normalization.json.gz"
     live = json.loads(gzip.decompress(path.read_bytes()))
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), ran_with():
         warnings.simplefilter("error", RuntimeWarning)
         res = E.evaluate("normalization", backend=f"replay:{path}",
                          profile=load_profile(PROFILE, device=None, software=None))
@@ -225,3 +235,33 @@ def test_normalization_on_seed_108_misses_the_worst_case_on_an_fp16_layer_norm_o
     assert row["heuristic"] == {"strategy": "persistent", "threads": 256, "vec": 4, "buffer": 64}
     assert row["best"] == {"strategy": "multipass", "threads": 256, "vec": 4, "buffer": 0}
     assert row["best_us"] / row["heuristic_us"] == pytest.approx(0.803, abs=5e-4)
+
+
+# what each dtype's own few-rows bias (version 6 of normalization's corrections, after these runs) changes on
+# them: one fp32 row of under two per SM each, persistent v4 as run -> multi-pass, the measured best
+BY_DTYPE_CHANGED = {
+    ("heuristics-seed101", 0.928): {"op": "softmax", "rows": 138, "cols": 23768, "dtype": "float32"},
+    ("norm-seed103", 0.992): {"op": "layernorm", "rows": 140, "cols": 4336, "dtype": "float32"},
+    ("norm-seed109", 0.916): {"op": "softmax", "rows": 138, "cols": 22952, "dtype": "float32"},
+}
+
+
+@pytest.mark.parametrize("sub", [f"heuristics-seed{s}" for s in (100, 101, 102)]
+                         + [f"norm-seed{s}" for s in range(103, 112)])
+def test_each_dtype_s_few_rows_bias_moves_only_fp32_rows_of_under_two_per_sm_to_the_best(sub):
+    """Replayed with the shipped corrections (each dtype's own few-rows bias) against the pooled bias
+    these runs ran with: on 101, 103 and 109 one fp32 choice each moves from persistent to multi-pass,
+    the measured best; nothing else moves on any of the twelve, and no summary falls."""
+    path = (FOLDER if sub.startswith("heuristics") else NORM_FOLDER) / sub / "heuristics-normalization.json.gz"
+    prof = load_profile(PROFILE, device=None, software=None)
+    with ran_with():
+        before = E.evaluate("normalization", backend=f"replay:{path}", profile=prof)
+    now = E.evaluate("normalization", backend=f"replay:{path}", profile=prof)
+    changed = [(r["descriptor"], was["best_us"] / was["heuristic_us"], r)
+               for r, was in zip(now["rows"], before["rows"]) if r["heuristic"] != was["heuristic"]]
+    expected = [(d, eff) for (s, eff), d in BY_DTYPE_CHANGED.items() if s == sub]
+    assert [(d, round(e, 3)) for d, e, _ in changed] == expected
+    for _, _, row in changed:
+        assert row["heuristic"]["strategy"] == "multipass" and row["heuristic_us"] == row["best_us"]
+    for key in ("geomean_efficiency", "worst_efficiency"):
+        assert now["summary"]["heuristic"][key] >= before["summary"]["heuristic"][key]

@@ -642,14 +642,17 @@ def _same_compiler() -> bool:
 # the file the plain model decides.
 CORRECTIONS_FILE = Path(__file__).with_name("normalization_corrections.json")
 CORRECTIONS_FORMAT = "calib.heuristics.normalization.corrections"
-CORRECTIONS_VERSION = 5  # 2: pair_bias; 3: multi-pass classes by loop band (vectors_per_thread_log2);
+CORRECTIONS_VERSION = 6  # 2: pair_bias; 3: multi-pass classes by loop band (vectors_per_thread_log2);
 # 4: "software", the CUDA runtime and CuPy the recordings ran under (predictor.KERNEL_SOFTWARE: NVRTC
 # compiled the kernels whose times were learned); a profile under others gets the plain model. A file
 # of version 2 or 3 is read forward as applying under any software, as it was.
 # 5: "compute_capability", the recordings' GPU's: the corrections apply to every GPU of that
 # architecture (predictor.measured_on says why); a file of version 2-4 to its named GPU alone.
+# 6: "persistent_bias_by_dtype", the few-rows bias of each dtype's rows (FEW_ROWS_BY_DTYPE says why); a
+# file of version 2-5 is read forward with its one "persistent_bias" for every dtype, as it was.
 SOFTWARE_SINCE = 4
 ARCH_SINCE = 5
+BIAS_BY_DTYPE_SINCE = 6
 MIN_CLASS_CANDIDATES = 8  # a class with fewer recorded candidates keeps the plain model
 FEW_ROWS_PER_SM = (2, 4)
 FEW_ROWS_MIN_COLS = 4096
@@ -665,6 +668,16 @@ FEW_ROWS_MIN_COLS = 4096
 # (0.716) and seed 29 (0.815) stay.
 FEW_ROWS_FP32_PER_SM = 2
 BIAS_QUANTILE = 0.2
+# Each dtype's rows take the few-rows bias fitted on that dtype's problems of the group (where it has
+# MIN_GROUP_PROBLEMS; else the pooled one), since 2026-12-07. The two are of one sign but not one size:
+# over the 29 fitted recordings fp16's 71 problems give a 20th percentile of +0.105 and fp32's 32 give
+# +0.145, and the pooled +0.108 left fp32 rows of 16-28k values at 1.4-1.7 rows per SM choosing
+# persistent where their error ran +0.25..+0.32 (seed 29's softmax 223 x 23576 at 0.815, seed 34's layer
+# norm 182 x 28480 at 0.854). Replayed on all 60 H200 recordings (the 31 of seeds 26-111 in no fit), the
+# per-dtype biases move 15 choices, every one an fp32 row of 1-1.7 per SM from persistent to multi-pass and
+# every one faster (14 to the measured best): worst cases 29 0.815 -> 0.953, 27 0.875 -> 0.940, 34 0.854 ->
+# 0.898, no recording lower (fp16's bias, 0.108 -> 0.105, moves no choice). Refitted on the other 59
+# recordings one at a time the split leaves 2 of 60 below 0.85 (T and 108) where the pooled bias leaves 3.
 # A second one-sided group, found by leave-one-seed-out over seeds 0-9 (A-M, 2026-12-02): a persistent
 # candidate at two resident blocks per SM (registers or threads allow no more) whose SM takes three or
 # more rows in turn, on a working set that L2 serves some of (P.streamed_l2_fraction > 0: up to 1.125x
@@ -718,12 +731,18 @@ def parent_class(cls: tuple) -> tuple | None:
 @dataclasses.dataclass(frozen=True)
 class Corrections:
     log_factors: dict  # kernel_class (or its parent_class) -> median log(measured / predicted)
-    persistent_bias: float  # log, the few-rows group's
+    persistent_bias: float  # log, the few-rows group's (pooled over dtypes: a dtype without its own takes it)
     source: str = ""
     device: str = ""  # the GPU model the recordings were measured on: applied to its profiles only
     pair_bias: float = 0.0  # log, the two-blocks-per-SM L2-served group's (:func:`in_pair_group`)
     software: dict | None = None  # what the recordings ran under (None: a file from before it was recorded)
     compute_capability: str | None = None  # the recordings' GPU's (None: applied to ``device`` alone)
+    persistent_bias_by_dtype: dict | None = None  # dtype -> log, the few-rows bias of that dtype's rows
+
+    def few_rows_bias(self, dtype: str) -> float:
+        """The few-rows bias of ``dtype``'s rows: its own where fitted, else the pooled one."""
+        by = self.persistent_bias_by_dtype or {}
+        return by.get(dtype, self.persistent_bias)
 
     def applies_to(self, q) -> bool:
         """Fitted on one GPU model's recordings, the factors say nothing of another's (or of the
@@ -791,6 +810,15 @@ def load_corrections(path) -> Corrections:
         arch = _field(doc, "compute_capability", str, where)
         if P.device_arch({"compute_capability": arch}) is None:
             raise CorrectionsError(f"{where}: compute_capability {arch!r} is not a GPU's, as \"9.0\"")
+    by_dtype = None
+    if version >= BIAS_BY_DTYPE_SINCE:
+        by_dtype = {}
+        for dt, b in _field(doc, "persistent_bias_by_dtype", dict, where).items():
+            if dt not in DTYPES or not isinstance(b, (int, float)) or isinstance(b, bool) \
+                    or not 0 <= _float(b) < 1:
+                raise CorrectionsError(f"{where}: persistent_bias_by_dtype {dt!r}: {b!r} is not a bias in [0, 1) "
+                                       f"of a dtype of {DTYPES}")
+            by_dtype[dt] = float(b)
     factors = {}
     for i, c in enumerate(_field(doc, "classes", list, where)):
         w = f"{where}, classes[{i}]"
@@ -815,7 +843,7 @@ def load_corrections(path) -> Corrections:
     for name, b in (("persistent_bias", bias), ("pair_bias", pair)):
         if not math.isfinite(_float(b)) or not 0 <= b < 1:
             raise CorrectionsError(f"{where}: {name} {b!r} is not in [0, 1)")
-    return Corrections(factors, float(bias), str(p), device, float(pair), software, arch)
+    return Corrections(factors, float(bias), str(p), device, float(pair), software, arch, by_dtype)
 
 
 @functools.lru_cache(maxsize=None)
@@ -876,7 +904,7 @@ def persistent_bias(d: NormDescriptor, q) -> float:
     """log of the factor the recordings say the corrected model is too optimistic for persistent
     against multi-pass on ``d`` (0 outside the few-rows group, or without corrections)."""
     c = corrections_for(q)
-    return c.persistent_bias if c is not None and few_rows(d, q) else 0.0
+    return c.few_rows_bias(d.dtype) if c is not None and few_rows(d, q) else 0.0
 
 
 def in_pair_group(d: NormDescriptor, k, q) -> bool:
@@ -925,7 +953,15 @@ def fit_corrections(samples) -> tuple[dict, float, dict]:
                     errs.setdefault(key, []).append(math.log(t / p))
     factors = {c: (statistics.median(v), len(v)) for c, v in errs.items() if len(v) >= MIN_CLASS_CANDIDATES}
     c = Corrections({key: f for key, (f, _) in factors.items()}, 0.0)
-    ratio = []
+    ratio = sorted(e for errs in few_rows_errors(samples, c).values() for e in errs)
+    return factors, _group_bias(ratio, 1), ratio
+
+
+def few_rows_errors(samples, c: Corrections) -> dict:
+    """dtype -> the sorted errors of its problems of the few-rows group: per problem, e = log(measured /
+    predicted) of the fastest persistent over the fastest multi-pass time, each strategy's fastest
+    measured and fastest predicted (``c``'s factors applied) taken apart."""
+    out: dict = {}
     for d, cands, q in samples:
         if not few_rows(d, q):
             continue
@@ -935,10 +971,16 @@ def fit_corrections(samples) -> tuple[dict, float, dict]:
             best[k["strategy"]] = (min(m, t), min(pm, p * math.exp(c.log_factor(d, k))))
         if len(best) == 2:
             (tp, pp), (tm, pm) = best["persistent"], best["multipass"]
-            ratio.append(math.log(tp / tm) - math.log(pp / pm))
-    ratio.sort()
-    bias = max(0.0, ratio[int(BIAS_QUANTILE * len(ratio))]) if ratio else 0.0
-    return factors, bias, ratio
+            out.setdefault(d.dtype, []).append(math.log(tp / tm) - math.log(pp / pm))
+    return {dt: sorted(v) for dt, v in out.items()}
+
+
+def _group_bias(errs, min_problems: int = MIN_GROUP_PROBLEMS) -> float:
+    """A group's bias: the BIAS_QUANTILE of its sorted errors where that is above 0 and it has
+    ``min_problems``, else 0."""
+    if not errs or len(errs) < min_problems:
+        return 0.0
+    return max(0.0, errs[int(BIAS_QUANTILE * len(errs))])
 
 
 def fit_pair_bias(samples, c: Corrections) -> tuple[float, list]:
@@ -954,9 +996,7 @@ def fit_pair_bias(samples, c: Corrections) -> tuple[float, list]:
         if pers is not None and multi is not None and in_pair_group(d, pers[2], q):
             errs.append(math.log(pers[1] / multi[1]) - math.log(pers[0] / multi[0]))
     errs.sort()
-    if len(errs) < MIN_GROUP_PROBLEMS:
-        return 0.0, errs
-    return max(0.0, errs[int(BIAS_QUANTILE * len(errs))]), errs
+    return _group_bias(errs), errs
 
 
 def _fit_parts(samples, device: str):
@@ -965,8 +1005,10 @@ def _fit_parts(samples, device: str):
     :func:`corrections_document` (the shipped file), so that the two cannot drift apart."""
     factors, bias, ratio = fit_corrections(samples)
     c = Corrections({key: f for key, (f, _) in factors.items()}, bias, device=device)
+    by_dtype = {dt: _group_bias(errs) for dt, errs in few_rows_errors(samples, c).items()
+                if len(errs) >= MIN_GROUP_PROBLEMS}
     pair, pair_errs = fit_pair_bias(samples, c)
-    return factors, ratio, dataclasses.replace(c, pair_bias=pair), pair_errs
+    return factors, ratio, dataclasses.replace(c, pair_bias=pair, persistent_bias_by_dtype=by_dtype), pair_errs
 
 
 def fit_all(samples, device: str = "NVIDIA H200") -> Corrections:
@@ -977,7 +1019,9 @@ def fit_all(samples, device: str = "NVIDIA H200") -> Corrections:
 def corrections_document(recordings, note: str = "", device: str = "NVIDIA H200") -> dict:
     """The JSON of CORRECTIONS_FILE fitted on ``recordings`` ((recording, profile) path pairs) of
     ``device``'s evaluations."""
-    factors, ratio, c, pair_errs = _fit_parts(recorded_samples(recordings), device)
+    samples = recorded_samples(recordings)
+    factors, ratio, c, pair_errs = _fit_parts(samples, device)
+    few = few_rows_errors(samples, c)
     bias, pair = c.persistent_bias, c.pair_bias
     return {"format": CORRECTIONS_FORMAT, "version": CORRECTIONS_VERSION, "note": note, "device": device,
             "software": P.recorded_software(recordings),
@@ -986,6 +1030,8 @@ def corrections_document(recordings, note: str = "", device: str = "NVIDIA H200"
             "statistic": "median log(measured / plain_model_us) per kernel class (multi-pass: per loop band, "
                          f"and over every band as vectors_per_thread_log2 null), >= {MIN_CLASS_CANDIDATES} candidates",
             "persistent_bias": round(bias, 4), "persistent_bias_problems": len(ratio),
+            "persistent_bias_by_dtype": {dt: round(b, 4) for dt, b in sorted(c.persistent_bias_by_dtype.items())},
+            "persistent_bias_problems_by_dtype": {dt: len(v) for dt, v in sorted(few.items())},
             "pair_bias": round(pair, 4), "pair_bias_problems": len(pair_errs),
             "classes": [{"strategy": s, "dtype": dt, "vec": v, "buffer": b, "vectors_per_thread_log2": loop,
                          "log_factor": round(f, 4), "candidates": n}
