@@ -2,6 +2,7 @@
 from three sizes, predicted from L2-resident sizes to gigabytes; stored in and read from a profile;
 fed from the tuning database."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def test_interval_covers_truth_over_seeds(prof):
     """Over independent simulated measurements the 95% interval at a new size contains the true
     time at about 95% (the noise the fit sees is the only error: the truth is in the model, the
     profile's DRAM fill included, which a rate learned at a few hundred MB would otherwise carry to 3 GB)."""
-    hits = 0
+    hits = pi_hits = 0
     n = 120
     fill = L.dram_fill_us(P.q_of(prof))
     for seed in range(n):
@@ -85,9 +86,13 @@ def test_interval_covers_truth_over_seeds(prof):
 
         m = L.learn("cov", measure=measure, profile=prof)
         truth = true(3e9)
-        lo, hi = m.predict(3e9).ci95
+        p = m.predict(3e9)
+        lo, hi = p.ci95
         hits += lo <= truth <= hi
+        pi_hits += p.pi95[0] <= truth <= p.pi95[1]
+        assert p.pi95[0] <= lo and hi <= p.pi95[1] and not m.flags
     assert 0.88 <= hits / n <= 0.995, hits / n
+    assert pi_hits >= hits and pi_hits / n >= 0.95  # the model's error of shape, absent here, only widens it
 
 
 def test_learned_model_is_stored_in_and_read_from_the_profile(tmp_path, sim, prof):
@@ -323,3 +328,101 @@ def test_learned_over_the_bands_on_the_h200_every_op_meets_the_bar(seed):
         m = L.fit(op, d["learning_points_bytes"], o["learning_samples_us"], prof)
         errs = sorted(abs(m.predict_us(b) / t - 1) for b, t in zip(d["sizes_bytes"], o["measured_us"]))
         assert len(errs) == 34 and errs[-4] <= 0.05 and errs[-1] <= 0.20, (op, errs[-4:])
+
+
+def _sawtooth_op(amplitude, tile_bytes=16384):
+    """A smooth op (7 us, 1.7x below DRAM, 2.1x below L2) times 1 + ``amplitude`` x the phase of its
+    last partial tile: cupy.sum's kind of roughness, which no smooth model follows."""
+    q = truth_q(SimBackend(seed=0))
+
+    def true(b):
+        f = P.streamed_l2_fraction(q, b)
+        smooth = 7.0 + b * (f / (q("memory.l2.read_bandwidth_gbps") / 2.1 * 1e3)
+                            + (1 - f) / (q("memory.dram.copy_bandwidth_gbps.align16") / 1.7 * 1e3))
+        return smooth * (1 + amplitude * ((b % tile_bytes) / tile_bytes))
+
+    return true
+
+
+@pytest.mark.parametrize("amplitude, rough", [(0.0, False), (0.25, True)])
+def test_a_kernel_rough_in_size_is_flagged_and_its_prediction_interval_covers_it(prof, amplitude, rough):
+    """A kernel whose time strays from one size to the next (a sawtooth of 25% over 16 KiB tiles: an SD
+    of 7% about the smooth model) is flagged "rough in size" and its pi95 covers the times at other sizes,
+    where the three numbers' CIs (how well the samples pin the smooth model) cover few; a smooth kernel is
+    not flagged and its pi95 stays within a few percent."""
+    true = _sawtooth_op(amplitude)
+    sim = SimBackend({"noise": {"rel_sd": 0.01, "outlier_rate": 0.0}}, seed=3)
+
+    def measure(b):
+        return Measurement(sim.sample_matrix(np.array([true(b)]), 10)[0], stop_reason="max_samples")
+
+    m = L.learn("saw", measure=measure, profile=prof)
+    assert any(f.startswith("rough in size") for f in m.flags) == rough, m.flags
+    sizes = np.geomspace(64e3, 4e9, 60)
+    preds = [m.predict(b) for b in sizes]
+    pi = np.mean([p.pi95[0] <= true(b) <= p.pi95[1] for p, b in zip(preds, sizes)])
+    ci = np.mean([p.ci95[0] <= true(b) <= p.ci95[1] for p, b in zip(preds, sizes)])
+    half = np.median([(p.pi95[1] - p.pi95[0]) / 2 / p.time_us for p in preds])
+    if rough:
+        assert m.size_scatter_rel > 0.04 and pi >= 0.9 and ci < 0.5 and half > 0.08, (m.size_scatter_rel, pi, ci, half)
+    else:
+        assert m.size_scatter_rel < 0.01 and pi >= 0.95 and half < 0.05, (m.size_scatter_rel, pi, half)
+
+
+def test_the_scatter_and_its_flag_are_stored_and_read_back(tmp_path, prof):
+    import calib
+
+    true = _sawtooth_op(0.25)
+    sim = SimBackend({"noise": {"rel_sd": 0.01, "outlier_rate": 0.0}}, seed=4)
+    m = L.learn("saw", measure=lambda b: Measurement(sim.sample_matrix(np.array([true(b)]), 10)[0],
+                                                     stop_reason="max_samples"), profile=prof)
+    path = tmp_path / "p.json"
+    m.save(path, prof)
+    back = L.LearnedModel.from_profile(calib.load_profile(path, device=None), "saw")
+    assert back.size_scatter_rel == pytest.approx(m.size_scatter_rel) and m.size_scatter_rel > 0.04
+    assert any(f.startswith("rough in size") for f in back.flags)
+    with pytest.warns(Warning, match="rough in size"):
+        assert back.predict(1e8).pi95 == pytest.approx(m.predict(1e8).pi95)
+    doc = json.loads(path.read_text())
+    del doc["params"]["learned.saw.size_scatter_rel"]  # a model stored before the scatter was kept
+    path.write_text(json.dumps(doc))
+    old = L.LearnedModel.from_profile(calib.load_profile(path, device=None), "saw")
+    assert old.size_scatter_rel == 0.0
+    doc["params"]["learned.saw.size_scatter_rel"] = {"value": -0.5, "unit": "relative"}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(L.HeuristicError, match="size_scatter_rel is -0.5"):
+        L.LearnedModel.from_profile(calib.load_profile(path, device=None), "saw")
+
+
+CURRENT_POINTS = [*LIVE_BANDS.values(), *(f"2026-12-04-h200-heuristics-s12c3/heuristics-seed{s}" for s in (42, 43, 44)),
+                  *(f"2026-12-07-h200-heuristics-s19/heuristics-seed{s}" for s in (100, 101, 102))]
+
+
+def test_on_the_h200_the_prediction_interval_covers_the_library_ops_and_flags_the_sum():
+    """The 16 H200 recordings learned at the shipped points, refitted: at the 34 sizes from 64 kB to 4 GB the
+    three numbers' CIs covered 40, 9 and 11% of the measured times (cupy.multiply, cupy.sum, the CuPy
+    softmax); pi95 covers 97, 98 and 97%, 91% or more on every recording. cupy.sum is rough in size on every
+    one (scatter 2.7-3.8%: CUB's tiles and waves), the other two on none (scatter under 1.3%)."""
+    import gzip
+    import json
+
+    import calib
+    from calib.heuristics.learned_eval import _coverage
+
+    prof = calib.load_profile(R.parents[1] / "profiles" / "nvidia-h200.json", device=None, software=None)
+    cover = {}
+    for folder in CURRENT_POINTS:
+        path = next((R / folder).glob("heuristics-learned.json*"))
+        raw = path.read_bytes()
+        d = json.loads(gzip.decompress(raw) if path.suffix == ".gz" else raw)
+        assert d["learning_points_bytes"] == L.learning_points(L.default_sizes(prof))
+        for op, o in d["ops"].items():
+            m = L.fit(op, d["learning_points_bytes"], o["learning_samples_us"], prof)
+            c = _coverage(m, d["sizes_bytes"], o["measured_us"])
+            assert c["pi95"] >= 0.9 and c["pi95"] > c["ci95"], (folder, op, c)
+            assert any(f.startswith("rough in size") for f in c["flags"]) == (op == "cupy_sum"), (folder, op, c)
+            cover.setdefault(op, []).append((c["pi95"], c["ci95"]))
+    assert len(cover["cupy_sum"]) == 16
+    for op, v in cover.items():
+        pi, ci = np.mean(v, axis=0)
+        assert pi >= 0.96 and ci < 0.45, (op, pi, ci)

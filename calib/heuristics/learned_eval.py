@@ -62,6 +62,16 @@ def _errors(pred, meas):
     return {"median": errs[k // 2], "p90": errs[min(k - 1, math.ceil(0.9 * k) - 1)], "worst": errs[-1]}
 
 
+def _coverage(model, sizes, meas) -> dict:
+    """The share of the measured times inside the model's 95% intervals: ``pi95`` (where the time is
+    expected) and ``ci95`` (the three numbers' CIs alone), and the flags the fit carries."""
+    preds = [model.predict(b) for b in sizes]
+    inside = lambda iv, t: iv[0] <= t <= iv[1]  # noqa: E731
+    return {"pi95": sum(inside(p.pi95, t) for p, t in zip(preds, meas)) / len(meas),
+            "ci95": sum(inside(p.ci95, t) for p, t in zip(preds, meas)) / len(meas),
+            "size_scatter_rel": model.size_scatter_rel, "flags": list(model.flags)}
+
+
 def _every_third(points: int):
     """Indices of the 12-size grid inside a finer one, or None where it is not nested."""
     if points > 12 and (points - 1) % 11 == 0:
@@ -156,7 +166,7 @@ def evaluate_ops(backend: str = "cupy", *, points: int = POINTS, max_bytes: floa
         slope, icpt = np.polyfit(learn_at, centers, 1)
         roof = [P.fixed_us(q) + b / (P.dram_gbps(q, "copy", 16) * 1e3) for b in sizes]
         pred = [model.predict_us(b) for b in sizes]
-        r = out["ops"][name] = {"learned": _errors(pred, meas),
+        r = out["ops"][name] = {"learned": _errors(pred, meas), "interval_coverage": _coverage(model, sizes, meas),
                                 "line_through_three": _errors([icpt + slope * b for b in sizes], meas),
                                 "roofline": _errors(roof, meas), "model": model.records(),
                                 "measured_us": meas, "predicted_us": pred,
@@ -177,12 +187,17 @@ def evaluate_ops(backend: str = "cupy", *, points: int = POINTS, max_bytes: floa
 def to_markdown(res) -> str:
     k = len(res["sizes_bytes"])
     lines = [f"## Learned predictor on library ops ({res['backend']}, {k} sizes)", "",
-             "| op | learned median / p90 / worst | the same at the 12-size grid | line through 3 sizes | roofline |",
-             "|---|---|---|---|---|"]
+             "| op | learned median / p90 / worst | the same at the 12-size grid | line through 3 sizes | roofline "
+             "| inside pi95 / ci95 | scatter between sizes |",
+             "|---|---|---|---|---|---|---|"]
     for name, r in res["ops"].items():
         cell = lambda e: f"{e['median']:.1%} / {e['p90']:.1%} / {e['worst']:.1%}" if e else "-"  # noqa: E731
+        cov = r.get("interval_coverage")  # absent from a file of before 2026-12-07
+        inside = f"{cov['pi95']:.0%} / {cov['ci95']:.0%}" if cov else "-"
+        rough = (f"{cov['size_scatter_rel']:.1%}" + (" (rough in size)" if any(
+            f.startswith("rough in size") for f in cov["flags"]) else "")) if cov else "-"
         lines.append(f"| {name} | {cell(r['learned'])} | {cell(r.get('learned_12'))} | "
-                     f"{cell(r['line_through_three'])} | {cell(r['roofline'])} |")
+                     f"{cell(r['line_through_three'])} | {cell(r['roofline'])} | {inside} | {rough} |")
     return "\n".join(lines) + "\n"
 
 

@@ -393,14 +393,20 @@ class Prediction:
     parameters: dict = field(default_factory=dict)  # name -> value the model read
     contributions_us: dict = field(default_factory=dict)  # name -> SD of the time from its CI
     without_ci: tuple = ()
+    # where the time itself is expected (the learned predictor's: ci95 plus the kernel's scatter between
+    # sizes and the model's error of shape); None where only the parameters' CIs are known
+    pi95: tuple | None = None
 
     @property
     def rel_halfwidth(self) -> float:
         return (self.ci95[1] - self.ci95[0]) / 2 / self.time_us if self.time_us > 0 else math.inf
 
     def to_dict(self) -> dict:
-        return {"time_us": self.time_us, "ci95": list(self.ci95), "parameters": dict(self.parameters),
-                "contributions_us": dict(self.contributions_us), "without_ci": list(self.without_ci)}
+        out = {"time_us": self.time_us, "ci95": list(self.ci95), "parameters": dict(self.parameters),
+               "contributions_us": dict(self.contributions_us), "without_ci": list(self.without_ci)}
+        if self.pi95 is not None:
+            out["pi95"] = list(self.pi95)
+        return out
 
 
 def _se_of(profile, name: str) -> float | None:
