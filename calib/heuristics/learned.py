@@ -40,8 +40,8 @@ A prediction carries two intervals. ``ci95`` is the three numbers' CIs propagate
 samples pin the smooth model. ``pi95`` is where the kernel's time at that size is expected to
 fall: it adds the kernel's own scatter between sizes about the model (:attr:`LearnedModel.size_scatter_rel`,
 the learning sizes' medians against the fit) and :data:`MODEL_FORM_REL`, the model's error of shape
-between learned sizes. A kernel whose scatter alone puts 95% of sizes beyond ROUGH_REL of the model is
-flagged "rough in size": no smooth model predicts it closer, so its interval says so.
+between learned sizes. A kernel whose scatter reaches past ROUGH_REL at 95% is flagged "rough in
+size": no smooth model predicts it closer, and its interval says so.
 
 A learned model is stored in the profile under its own names, ``learned.<kernel>.t0_us``,
 ``.rate_gbps``, ``.l2_rate_gbps`` (with CIs and units), ``.dram_fill_us`` (the profile's, as
@@ -248,11 +248,6 @@ class LearnedModel:
                 ci[n] = tuple(c)
         q = P.q_of(profile)
         fill = read(profile, f"learned.{kernel}.dram_fill_us", None)  # None: stored before the fill existed
-        try:
-            rec = profile.record(f"learned.{kernel}.size_scatter_rel")
-            flags += [f for f in (rec.flags or ()) if f.startswith("rough in size") and f not in flags]
-        except Exception:  # noqa: BLE001 - stored before the scatter was kept: none known
-            pass
         scatter = read(profile, f"learned.{kernel}.size_scatter_rel", None)
         if scatter is not None and not 0 <= scatter < 10:
             raise HeuristicError(f"the profile's learned.{kernel}.size_scatter_rel is {scatter!r}: a relative SD "

@@ -648,7 +648,7 @@ CORRECTIONS_VERSION = 6  # 2: pair_bias; 3: multi-pass classes by loop band (vec
 # of version 2 or 3 is read forward as applying under any software, as it was.
 # 5: "compute_capability", the recordings' GPU's: the corrections apply to every GPU of that
 # architecture (predictor.measured_on says why); a file of version 2-4 to its named GPU alone.
-# 6: "persistent_bias_by_dtype", the few-rows bias of each dtype's rows (FEW_ROWS_BY_DTYPE says why); a
+# 6: "persistent_bias_by_dtype", the few-rows bias of each dtype's rows (why: at BIAS_QUANTILE below); a
 # file of version 2-5 is read forward with its one "persistent_bias" for every dtype, as it was.
 SOFTWARE_SINCE = 4
 ARCH_SINCE = 5
@@ -942,8 +942,15 @@ def recorded_samples(recordings):
 
 
 def fit_corrections(samples) -> tuple[dict, float, dict]:
-    """(class -> (median log error, candidates), the few-rows persistent bias, its group's errors
-    sorted) from :func:`recorded_samples`."""
+    """(class -> (median log error, candidates), the few-rows persistent bias pooled over dtypes, its
+    group's errors sorted) from :func:`recorded_samples`."""
+    factors = _class_factors(samples)
+    ratio = _pooled(few_rows_errors(samples, Corrections({key: f for key, (f, _) in factors.items()}, 0.0)))
+    return factors, _group_bias(ratio, 1), ratio
+
+
+def _class_factors(samples) -> dict:
+    """class -> (median log(measured / plain predicted), candidates) of every class with enough."""
     errs: dict = {}
     for d, cands, _ in samples:
         for k, t, p in cands:
@@ -951,10 +958,11 @@ def fit_corrections(samples) -> tuple[dict, float, dict]:
             for key in (cls, parent_class(cls)):
                 if key is not None:
                     errs.setdefault(key, []).append(math.log(t / p))
-    factors = {c: (statistics.median(v), len(v)) for c, v in errs.items() if len(v) >= MIN_CLASS_CANDIDATES}
-    c = Corrections({key: f for key, (f, _) in factors.items()}, 0.0)
-    ratio = sorted(e for errs in few_rows_errors(samples, c).values() for e in errs)
-    return factors, _group_bias(ratio, 1), ratio
+    return {c: (statistics.median(v), len(v)) for c, v in errs.items() if len(v) >= MIN_CLASS_CANDIDATES}
+
+
+def _pooled(by_dtype: dict) -> list:
+    return sorted(e for errs in by_dtype.values() for e in errs)
 
 
 def few_rows_errors(samples, c: Corrections) -> dict:
@@ -1000,15 +1008,18 @@ def fit_pair_bias(samples, c: Corrections) -> tuple[float, list]:
 
 
 def _fit_parts(samples, device: str):
-    """(fit_corrections' factors, the few-rows group's errors, the Corrections with both biases, the
+    """(the class factors, the few-rows group's errors by dtype, the Corrections with both biases, the
     pair group's errors): one recipe for :func:`fit_all` (the left-out folds) and
     :func:`corrections_document` (the shipped file), so that the two cannot drift apart."""
-    factors, bias, ratio = fit_corrections(samples)
-    c = Corrections({key: f for key, (f, _) in factors.items()}, bias, device=device)
-    by_dtype = {dt: _group_bias(errs) for dt, errs in few_rows_errors(samples, c).items()
-                if len(errs) >= MIN_GROUP_PROBLEMS}
+    factors = _class_factors(samples)
+    c = Corrections({key: f for key, (f, _) in factors.items()}, 0.0, device=device)
+    few = few_rows_errors(samples, c)
+    ratio = _pooled(few)
+    by_dtype = {dt: _group_bias(errs) for dt, errs in few.items() if len(errs) >= MIN_GROUP_PROBLEMS}
     pair, pair_errs = fit_pair_bias(samples, c)
-    return factors, ratio, dataclasses.replace(c, pair_bias=pair, persistent_bias_by_dtype=by_dtype), pair_errs
+    c = dataclasses.replace(c, persistent_bias=_group_bias(ratio, 1), pair_bias=pair,
+                            persistent_bias_by_dtype=by_dtype)
+    return factors, few, c, pair_errs
 
 
 def fit_all(samples, device: str = "NVIDIA H200") -> Corrections:
@@ -1019,9 +1030,8 @@ def fit_all(samples, device: str = "NVIDIA H200") -> Corrections:
 def corrections_document(recordings, note: str = "", device: str = "NVIDIA H200") -> dict:
     """The JSON of CORRECTIONS_FILE fitted on ``recordings`` ((recording, profile) path pairs) of
     ``device``'s evaluations."""
-    samples = recorded_samples(recordings)
-    factors, ratio, c, pair_errs = _fit_parts(samples, device)
-    few = few_rows_errors(samples, c)
+    factors, few, c, pair_errs = _fit_parts(recorded_samples(recordings), device)
+    ratio = _pooled(few)
     bias, pair = c.persistent_bias, c.pair_bias
     return {"format": CORRECTIONS_FORMAT, "version": CORRECTIONS_VERSION, "note": note, "device": device,
             "software": P.recorded_software(recordings),
