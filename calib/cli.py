@@ -119,18 +119,31 @@ def _cmd_query(args) -> int:
     from .profile import ProfileError
 
     strict = args.strict or args.default is None
-    try:
-        profile = _open(args)
-        if args.record:
-            p = profile.record(args.name)
-            # NaN is not JSON: a hand-edited r2 or diagnostic holding one shows null, as `calib show --json` does
-            print(json.dumps(_finite_json({"name": p.name, **p.to_record()}), indent=2, allow_nan=False))
-            return 0
-        value = profile.query(args.name, args.default, strict=strict)
-    except ProfileError as exc:
-        print(f"calib query: error: {exc}", file=sys.stderr)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            profile = _open(args)
+            if args.record:
+                p = profile.record(args.name)
+                # NaN is not JSON: a hand-edited r2 or diagnostic holding one shows null, as `calib show --json` does
+                out = json.dumps(_finite_json({"name": p.name, **p.to_record()}), indent=2, allow_nan=False)
+            else:
+                out = profile.query(args.name, args.default, strict=strict)
+        except ProfileError as exc:
+            error = str(exc)
+        else:
+            error = None
+    # an unreadable --profile is said once: its load warning is repeated by the error, or by the query's
+    # warning that the default was used
+    later = [str(w.message) for w in caught]
+    for w in caught:
+        text = str(w.message)
+        if not (error is not None and text in error or any(text in o and text != o for o in later)):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if error is not None:
+        print(f"calib query: error: {error}", file=sys.stderr)
         return 2
-    print(value)
+    print(out)
     return 0
 
 

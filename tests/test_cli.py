@@ -32,3 +32,15 @@ def test_show_marks_unusable_profiles(fixture_path):
     out = _calib("show", str(fixture_path("nan_value.json")), "--no-device-check")
     assert "UNUSABLE: parameter 'memory.dram.read_bandwidth_gbps'" in out.stdout
     assert "4300" in out.stdout
+
+
+def test_query_of_an_unreadable_profile_says_why_once(fixture_path):
+    """A truncated --profile was reported twice: the loader's warning, then the same words as the error
+    (or again inside the warning that the default was used)."""
+    p = str(fixture_path("truncated.json"))
+    out = _calib("query", "memory.dram.read_bandwidth_gbps", "--profile", p, "--no-device-check")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("not valid JSON") == 1 and out.stderr.startswith("calib query: error:"), out.stderr
+    out = _calib("query", "memory.dram.read_bandwidth_gbps", "--profile", p, "--default", "5", "--no-device-check")
+    assert out.returncode == 0 and out.stdout.strip() == "5.0"
+    assert out.stderr.count("not valid JSON") == 1 and "using the default 5.0" in out.stderr, out.stderr
