@@ -426,3 +426,36 @@ def test_on_the_h200_the_prediction_interval_covers_the_library_ops_and_flags_th
     for op, v in cover.items():
         pi, ci = np.mean(v, axis=0)
         assert pi >= 0.96 and ci < 0.45, (op, pi, ci)
+
+
+def test_the_review_draws_the_learned_evaluation_with_its_interval(tmp_path):
+    """heuristics_review's learned figure: a panel per op with its error at each size and, where the file
+    keeps it (since 2026-12-07), the pi95 band; a committed H200 file without one is drawn too."""
+    from calib.heuristics import learned_eval, review
+
+    res = learned_eval.evaluate_ops("sim", profile=sim_profile(SimBackend(seed=1)))
+    for r in res["ops"].values():
+        assert len(r["pi95_us"]) == 34 and all(lo <= p <= hi for (lo, hi), p in zip(r["pi95_us"], r["predicted_us"]))
+    path = tmp_path / "learned.json"
+    path.write_text(json.dumps(res))
+    fig = review.learned_figure(str(path))
+    assert len(fig.axes) == 3 and "SIMULATED" in fig.texts[0].get_text()
+    assert all(ax.collections for ax in fig.axes)  # the band
+    live = R / "2026-12-07-h200-heuristics-s19" / "heuristics-seed100" / "heuristics-learned.json.gz"
+    fig = review.learned_figure(live)
+    assert len(fig.axes) == 3 and "cupy_sum: p90 5.5%" in fig.axes[1].get_title()
+
+
+@pytest.mark.parametrize("content, why", [
+    ('{"format": "calib.heuristics.evaluation", "version": 1}', "not a learned predictor's evaluation"),
+    ('{"format": "calib.heuristics.learned_evaluation", "version": 9}', "version 9"),
+    ('{"format": "calib.heuristics.learned_evaluation", "version": 2, "backend": "cupy"}', "lacks sizes_bytes"),
+    ("[1, 2", "is not JSON"),
+])
+def test_the_review_names_a_file_that_is_no_learned_evaluation(tmp_path, content, why):
+    from calib.heuristics import review
+
+    path = tmp_path / "l.json"
+    path.write_text(content)
+    with pytest.raises(review.ReviewError, match=f"l.json.*{why}"):
+        review.learned_figure(path)

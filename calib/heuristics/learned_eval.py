@@ -167,6 +167,7 @@ def evaluate_ops(backend: str = "cupy", *, points: int = POINTS, max_bytes: floa
         roof = [P.fixed_us(q) + b / (P.dram_gbps(q, "copy", 16) * 1e3) for b in sizes]
         pred = [model.predict_us(b) for b in sizes]
         r = out["ops"][name] = {"learned": _errors(pred, meas), "interval_coverage": _coverage(model, sizes, meas),
+                                "pi95_us": [list(model.predict(b).pi95) for b in sizes],
                                 "line_through_three": _errors([icpt + slope * b for b in sizes], meas),
                                 "roofline": _errors(roof, meas), "model": model.records(),
                                 "measured_us": meas, "predicted_us": pred,

@@ -88,3 +88,71 @@ def prediction_figure(res: dict):
                      + (" (SIMULATED)" if res.get("simulated") else ""), wrap=True)
     plt.close(fig)
     return fig
+
+
+LEARNED_FORMAT = "calib.heuristics.learned_evaluation"  # learned_eval's file
+LEARNED_FIELDS = {"backend": str, "sizes_bytes": list, "learning_points_bytes": list, "ops": dict}
+
+
+def load_learned(path_or_result) -> dict:
+    """The learned predictor's evaluation (``python -m calib.heuristics.learned_eval --out PREFIX``'s
+    PREFIX.json, gzipped or not) at a path, or as given; anything else a ReviewError naming it."""
+    if isinstance(path_or_result, dict):
+        return path_or_result
+    from .learned_eval import FORMAT_VERSION
+    from .registry import read_text
+
+    p = Path(path_or_result)
+    text = read_text(p, "learned evaluation", ReviewError)  # bounded, a .gz decompressed to the same bound
+    try:
+        res = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ReviewError(f"learned evaluation {p} is not JSON ({str(exc)[:120] or type(exc).__name__})") from None
+    if not isinstance(res, dict) or res.get("format") != LEARNED_FORMAT:
+        raise ReviewError(f"{p} is not a learned predictor's evaluation (python -m calib.heuristics.learned_eval "
+                          "--out PREFIX writes PREFIX.json)")
+    if isinstance(res.get("version"), bool) or not isinstance(res.get("version"), int) \
+            or res["version"] > FORMAT_VERSION:
+        raise ReviewError(f"{p} has version {res.get('version')!r}; this calib reads up to {FORMAT_VERSION}")
+    bad = [name for name, kind in LEARNED_FIELDS.items() if not isinstance(res.get(name), kind)]
+    if bad:
+        raise ReviewError(f"learned evaluation {p} lacks {', '.join(bad)} (or has them of another type)")
+    return res
+
+
+def learned_figure(res):
+    """Per op, the learned model's error at each measured size (measured / predicted - 1), its 95%
+    prediction interval as a band where the file has one (since 2026-12-07), the issue's 5% as dashed
+    lines and the learning points as ticks: where a smooth model cannot follow the op is seen at once."""
+    import matplotlib.pyplot as plt
+
+    res = load_learned(res)
+    ops = list(res["ops"].items())
+    fig, axes = plt.subplots(len(ops), 1, figsize=(7, 2.6 * len(ops)), sharex=True, squeeze=False)
+    sizes = res["sizes_bytes"]
+    for ax, (name, r) in zip(axes[:, 0], ops):
+        err = [100 * (m / p - 1) for m, p in zip(r["measured_us"], r["predicted_us"])]
+        if r.get("pi95_us"):
+            ax.fill_between(sizes, [100 * (lo / p - 1) for (lo, _), p in zip(r["pi95_us"], r["predicted_us"])],
+                            [100 * (hi / p - 1) for (_, hi), p in zip(r["pi95_us"], r["predicted_us"])],
+                            color="C0", alpha=0.15, label="95% prediction interval")
+        ax.plot(sizes, err, "o-", ms=3, lw=0.8, color="C0", label="measured / predicted - 1")
+        for y in (-5, 5):
+            ax.axhline(y, color="grey", lw=0.6, ls="--")
+        ax.plot(res["learning_points_bytes"], [0] * len(res["learning_points_bytes"]), "|", color="C3", ms=10,
+                label="learning points")
+        e, cov = r["learned"], r.get("interval_coverage") or {}
+        rough = any(str(f).startswith("rough in size") for f in cov.get("flags", ()))
+        title = f"{name}: p90 {e['p90']:.1%}, worst {e['worst']:.1%}"
+        if cov:
+            title += f"; pi95 covers {cov['pi95']:.0%}" + (" (rough in size)" if rough else "")
+        ax.set_title(title, fontsize=9)
+        ax.set_xscale("log")
+        ax.set_ylabel("error %")
+    axes[-1, 0].set_xlabel("bytes")
+    axes[0, 0].legend(fontsize=7, loc="upper right")
+    fig.suptitle(f"learned predictor on library ops ({res['backend']})"
+                 + (" (SIMULATED DEVICE)" if res["backend"] == "sim" else ""), fontsize=10)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
