@@ -20,24 +20,31 @@ def load(path_or_result) -> dict:
     """The evaluation (``calib heuristics evaluate --out PREFIX``'s PREFIX.json) at a path, or a
     result as given. A file that is not one is a ReviewError naming it: a binary file, a folder or a
     problems file had ended the notebook in a UnicodeDecodeError, IsADirectoryError or KeyError."""
+    return _load_checked(path_or_result, "evaluation", FORMAT, VERSION, FIELDS,
+                         "is not a calib heuristics evaluation (the PREFIX.json of `calib heuristics evaluate "
+                         "--out PREFIX`)")
+
+
+def _load_checked(path_or_result, what: str, fmt: str, version: int, fields: dict, not_it: str) -> dict:
+    """A result as given, or the file at a path checked: bounded UTF-8 (a .gz decompressed to the same
+    bound), JSON, of format ``fmt``, of a version up to ``version``, holding ``fields`` of their types."""
     if isinstance(path_or_result, dict):
         return path_or_result
     from .registry import read_text
 
     p = Path(path_or_result)
-    text = read_text(p, "evaluation", ReviewError)  # a regular file of bounded size, UTF-8
+    text = read_text(p, what, ReviewError)  # a regular file of bounded size, UTF-8
     try:
         res = json.loads(text)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, a 5000-digit number, deep nesting
-        raise ReviewError(f"evaluation {p} is not JSON ({str(exc)[:120] or type(exc).__name__})") from None
-    if not isinstance(res, dict) or res.get("format") != FORMAT:
-        raise ReviewError(f"{p} is not a calib heuristics evaluation (the PREFIX.json of "
-                          "`calib heuristics evaluate --out PREFIX`)")
-    if isinstance(res.get("version"), bool) or not isinstance(res.get("version"), int) or res["version"] > VERSION:
-        raise ReviewError(f"{p} has version {res.get('version')!r}; this calib reads up to {VERSION}")
-    bad = [name for name, kind in FIELDS.items() if not isinstance(res.get(name), kind)]
+        raise ReviewError(f"{what} {p} is not JSON ({str(exc)[:120] or type(exc).__name__})") from None
+    if not isinstance(res, dict) or res.get("format") != fmt:
+        raise ReviewError(f"{p} {not_it}")
+    if isinstance(res.get("version"), bool) or not isinstance(res.get("version"), int) or res["version"] > version:
+        raise ReviewError(f"{p} has version {res.get('version')!r}; this calib reads up to {version}")
+    bad = [name for name, kind in fields.items() if not isinstance(res.get(name), kind)]
     if bad:
-        raise ReviewError(f"evaluation {p} lacks {', '.join(bad)} (or has them of another type)")
+        raise ReviewError(f"{what} {p} lacks {', '.join(bad)} (or has them of another type)")
     return res
 
 
@@ -97,27 +104,11 @@ LEARNED_FIELDS = {"backend": str, "sizes_bytes": list, "learning_points_bytes": 
 def load_learned(path_or_result) -> dict:
     """The learned predictor's evaluation (``python -m calib.heuristics.learned_eval --out PREFIX``'s
     PREFIX.json, gzipped or not) at a path, or as given; anything else a ReviewError naming it."""
-    if isinstance(path_or_result, dict):
-        return path_or_result
     from .learned_eval import FORMAT_VERSION
-    from .registry import read_text
 
-    p = Path(path_or_result)
-    text = read_text(p, "learned evaluation", ReviewError)  # bounded, a .gz decompressed to the same bound
-    try:
-        res = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise ReviewError(f"learned evaluation {p} is not JSON ({str(exc)[:120] or type(exc).__name__})") from None
-    if not isinstance(res, dict) or res.get("format") != LEARNED_FORMAT:
-        raise ReviewError(f"{p} is not a learned predictor's evaluation (python -m calib.heuristics.learned_eval "
-                          "--out PREFIX writes PREFIX.json)")
-    if isinstance(res.get("version"), bool) or not isinstance(res.get("version"), int) \
-            or res["version"] > FORMAT_VERSION:
-        raise ReviewError(f"{p} has version {res.get('version')!r}; this calib reads up to {FORMAT_VERSION}")
-    bad = [name for name, kind in LEARNED_FIELDS.items() if not isinstance(res.get(name), kind)]
-    if bad:
-        raise ReviewError(f"learned evaluation {p} lacks {', '.join(bad)} (or has them of another type)")
-    return res
+    return _load_checked(path_or_result, "learned evaluation", LEARNED_FORMAT, FORMAT_VERSION, LEARNED_FIELDS,
+                         "is not a learned predictor's evaluation (python -m calib.heuristics.learned_eval --out "
+                         "PREFIX writes PREFIX.json)")
 
 
 def learned_figure(res):
