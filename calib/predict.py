@@ -10,7 +10,9 @@
 The model of each kind is its family's (:mod:`calib.heuristics.pointwise` ...); the interval is the
 delta method over the CIs of the parameters the model read (:mod:`calib.heuristics.predictor`).
 A kernel of one's own is predicted by the learned predictor, :mod:`calib.heuristics.learned`
-(``learn`` from a few measured sizes, then ``LearnedModel.predict``).
+(``learn`` from a few measured sizes, then ``LearnedModel.predict``), whose predictions also carry
+``pi95``: where the time at that size is expected, the kernel's scatter between sizes included.
+The family models' ``pi95`` is None: their interval holds the parameters' uncertainty only.
 """
 
 from __future__ import annotations
