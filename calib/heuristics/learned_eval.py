@@ -62,10 +62,10 @@ def _errors(pred, meas):
     return {"median": errs[k // 2], "p90": errs[min(k - 1, math.ceil(0.9 * k) - 1)], "worst": errs[-1]}
 
 
-def _coverage(model, sizes, meas) -> dict:
-    """The share of the measured times inside the model's 95% intervals: ``pi95`` (where the time is
-    expected) and ``ci95`` (the three numbers' CIs alone), and the flags the fit carries."""
-    preds = [model.predict(b) for b in sizes]
+def _coverage(model, preds, meas) -> dict:
+    """The share of the measured times inside the 95% intervals of ``preds`` (``model.predict`` at each
+    size): ``pi95`` (where the time is expected) and ``ci95`` (the three numbers' CIs alone), and the
+    flags the fit carries."""
     inside = lambda iv, t: iv[0] <= t <= iv[1]  # noqa: E731
     return {"pi95": sum(inside(p.pi95, t) for p, t in zip(preds, meas)) / len(meas),
             "ci95": sum(inside(p.ci95, t) for p, t in zip(preds, meas)) / len(meas),
@@ -165,9 +165,10 @@ def evaluate_ops(backend: str = "cupy", *, points: int = POINTS, max_bytes: floa
         centers = [float(np.median([run[i].center_us for run in learned_passes])) for i in range(len(learn_at))]
         slope, icpt = np.polyfit(learn_at, centers, 1)
         roof = [P.fixed_us(q) + b / (P.dram_gbps(q, "copy", 16) * 1e3) for b in sizes]
-        pred = [model.predict_us(b) for b in sizes]
-        r = out["ops"][name] = {"learned": _errors(pred, meas), "interval_coverage": _coverage(model, sizes, meas),
-                                "pi95_us": [list(model.predict(b).pi95) for b in sizes],
+        preds = [model.predict(b) for b in sizes]
+        pred = [p.time_us for p in preds]
+        r = out["ops"][name] = {"learned": _errors(pred, meas), "interval_coverage": _coverage(model, preds, meas),
+                                "pi95_us": [list(p.pi95) for p in preds],
                                 "line_through_three": _errors([icpt + slope * b for b in sizes], meas),
                                 "roofline": _errors(roof, meas), "model": model.records(),
                                 "measured_us": meas, "predicted_us": pred,
