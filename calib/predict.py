@@ -12,7 +12,9 @@ delta method over the CIs of the parameters the model read (:mod:`calib.heuristi
 A kernel of one's own is predicted by the learned predictor, :mod:`calib.heuristics.learned`
 (``learn`` from a few measured sizes, then ``LearnedModel.predict``), whose predictions also carry
 ``pi95``: where the time at that size is expected, the kernel's scatter between sizes included.
-The family models' ``pi95`` is None: their interval holds the parameters' uncertainty only.
+A family model's ``pi95`` is its prediction times the model's error measured on recorded
+evaluations of the profile's GPU (:mod:`calib.heuristics.model_error`), widened by ``ci95``; None
+where no recordings of that GPU model and software were fitted (``ci95`` is then all there is).
 """
 
 from __future__ import annotations
@@ -30,9 +32,16 @@ def predict(kind: str, descriptor, params: dict, profile=None) -> Prediction:
     from .heuristics.families import family, launch
     from .heuristics.registry import default_profile
 
+    from dataclasses import replace
+
+    from .heuristics import model_error
+    from .heuristics.predictor import q_of
+
     fam = family(kind)
     d = fam.descriptor(descriptor)
-    return predict_model(fam.model_us, d, launch(kind, params, d), default_profile() if profile is None else profile)
+    profile = default_profile() if profile is None else profile
+    p = predict_model(fam.model_us, d, launch(kind, params, d), profile)
+    return replace(p, pi95=model_error.pi95(kind, q_of(profile), p.time_us, p.ci95))
 
 
 def __getattr__(name):

@@ -230,7 +230,8 @@ def test_an_evaluation_records_the_corrections_it_ran_without():
     assert other["corrections_declined"] == again["corrections_declined"]
     assert {c.split(":")[0] for c in other["corrections_declined"]} == {
         "split-K's correction splitk_fp16_split1.json.gz", "split-K's correction splitk_fp32_split1_recorded.json.gz",
-        "split-K's correction splitk_fp32_splits_recorded.json.gz", "split-K's fp32 split-1 correction"}
+        "split-K's correction splitk_fp32_splits_recorded.json.gz", "split-K's fp32 split-1 correction",
+        "the model-error band (no pi95)"}  # the band is the corrected model's error under that software
     assert all(c.endswith("cuda_runtime 13.2 -> 12.8") for c in other["corrections_declined"])
     assert "Not applied, the plain model predicted instead: split-K's fp32 split-1 correction" in E.to_markdown(other)
     assert "Not applied" not in E.to_markdown(same)

@@ -13,7 +13,8 @@ database and a second evaluation on the same device times nothing); then
 - ``baseline``: the static rule's choice (:mod:`calib.heuristics.baselines`), the same ratio;
 - ``library``: the op a user would call instead (CuPy's), timed the same way, over ``best``;
 - ``predicted``: the predictor's time and 95% interval for the heuristic's choice, against its
-  measured time.
+  measured time; and ``predicted_pi95``, the interval of the model's measured error
+  (:mod:`calib.heuristics.model_error`), where one holds for the profile's GPU.
 
 Ratios are reported as *efficiency* ``best / time`` (1 = as fast as exhaustive search; the issue's
 "0.97 of the exhaustive best") and, equivalently, *slowdown* ``time / best``. The geometric mean,
@@ -88,14 +89,17 @@ def summarize(times, best) -> dict:
 def prediction_errors(rows, *, only_memory_bound: bool = False) -> dict:
     errs = sorted(abs(r["predicted_us"] / r["heuristic_us"] - 1) for r in rows
                   if r.get("predicted_us") and r.get("heuristic_us") and (r["memory_bound"] or not only_memory_bound))
-    inside = [r["predicted_ci95"][0] <= r["heuristic_us"] <= r["predicted_ci95"][1] for r in rows
-              if r.get("predicted_ci95") and r.get("heuristic_us") and (r["memory_bound"] or not only_memory_bound)]
+    def contains(name):
+        inside = [r[name][0] <= r["heuristic_us"] <= r[name][1] for r in rows
+                  if r.get(name) and r.get("heuristic_us") and (r["memory_bound"] or not only_memory_bound)]
+        return sum(inside) / len(inside) if inside else None  # None where no row had a finite interval
+
     if not errs:
         return {"n": 0}
     return {"n": len(errs), "median_abs_rel_error": _quantile(errs, 0.5), "p90_abs_rel_error": _quantile(errs, 0.9),
-            "worst_abs_rel_error": errs[-1],
-            # None where no row had a finite interval to contain it
-            "interval_contains_measured": sum(inside) / len(inside) if inside else None}
+            "worst_abs_rel_error": errs[-1], "interval_contains_measured": contains("predicted_ci95"),
+            # the model-error band's interval (calib.heuristics.model_error), where one holds for the profile
+            "pi95_contains_measured": contains("predicted_pi95")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -384,6 +388,9 @@ def _profile_source(profile) -> str:
 
 
 def _one(fam, kind, d, case, tuner, profile, timer, baseline, predict_model) -> dict:
+    from . import model_error
+    from .predictor import q_of
+
     cands = fam.space(d)
     if timer is None:
         time_fn = case.time
@@ -423,6 +430,7 @@ def _one(fam, kind, d, case, tuner, profile, timer, baseline, predict_model) -> 
     lib = case.library() if timer is None else timer(case.library())
     pred = predict_model(fam.model_us, d, h, profile) if h is not None else None
     ci = [_finite(x) for x in pred.ci95] if pred is not None and math.isfinite(pred.time_us) else None
+    pi = model_error.pi95(kind, q_of(profile), pred.time_us, pred.ci95) if ci and None not in ci else None
     return {"descriptor": _desc(d), "key": sel.descriptor_key, "candidates": len(cands),
             "usable": len(usable), "best": dict(by_id.get(best_id, {})) or best_id, "best_us": usable[best_id],
             "winner": sel.candidate, "heuristic": dict(h) if h is not None else None,
@@ -431,6 +439,7 @@ def _one(fam, kind, d, case, tuner, profile, timer, baseline, predict_model) -> 
             "baseline_us": measured(b), "library_us": float(lib.center_us),
             "predicted_us": _finite(pred.time_us) if pred is not None else None,
             "predicted_ci95": ci if ci and None not in ci else None,
+            "predicted_pi95": [_finite(x) for x in pi] if pi is not None else None,
             "memory_bound": bool(d.memory_bound),
             # every usable candidate's time: the row replays offline (calib.heuristics.replay)
             "times_us": {c: usable[c] for c in sorted(usable)}}
@@ -475,7 +484,9 @@ def to_markdown(res: dict) -> str:
                          f"{p['median_abs_rel_error']:.1%}, "
                          f"p90 {p['p90_abs_rel_error']:.1%}, worst {p['worst_abs_rel_error']:.1%}; " + (
                              f"the 95% interval contains the measured time in {p['interval_contains_measured']:.0%}"
-                             if p["interval_contains_measured"] is not None else "no finite 95% interval"))
+                             if p["interval_contains_measured"] is not None else "no finite 95% interval") + (
+                             f", the model-error interval (pi95) in {p['pi95_contains_measured']:.0%}"
+                             if p.get("pi95_contains_measured") is not None else ""))
     timed = [r for r in res["rows"] if r.get("heuristic_us")]
     worst = sorted(timed, key=lambda r: r["best_us"] / r["heuristic_us"])[:3]
     if worst:

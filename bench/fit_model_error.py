@@ -1,0 +1,115 @@
+"""Fit the family models' error band (calib/heuristics/model_error.json) on recorded evaluations.
+
+    python bench/fit_model_error.py [--write] [--kinds pointwise,normalization,matmul_splitk]
+
+Takes every recorded evaluation under bench/results of the profile's GPU model that keeps every
+candidate's time, leaves out the recordings a shipped correction was fitted on
+(model_error.training_recordings) and those whose content another one already has, and replays
+each candidate's prediction against its measured time. Prints per kind the bins, the coverage of
+each recording by the band fitted on the others (leave-one-recording-out), and that of the
+heuristics' own choices; --write stores the band. Takes 2-4 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import math
+import statistics
+import sys
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from calib import atomic  # noqa: E402
+from calib.heuristics import model_error as ME  # noqa: E402
+from calib.heuristics import replay  # noqa: E402
+from calib.profile import read_profile  # noqa: E402
+
+PROFILE = "profiles/nvidia-h200.json"
+
+
+def recordings(kind: str, device: str) -> list[Path]:
+    """Recorded evaluations of ``kind`` on ``device``, each content once, no correction's."""
+    training = ME.training_recordings()
+    seen, out = set(), []
+    for p in sorted(ROOT.glob(f"bench/results/**/heuristics-{kind}.json*")):
+        rel = str(p.relative_to(ROOT))
+        if rel in training or not p.name.endswith((".json", ".json.gz")):
+            continue
+        data = p.read_bytes()
+        text = gzip.decompress(data) if p.name.endswith(".gz") else data
+        digest = hashlib.sha256(text).hexdigest()
+        if digest in seen:
+            continue
+        try:
+            rec = replay.load(p, kind)
+        except replay.ReplayError:  # written before every candidate's time was kept
+            continue
+        if rec["device"].get("name") != device or rec.get("simulated"):
+            continue
+        seen.add(digest)
+        out.append(p)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", action="store_true", help=f"store the band in {ME.FILE.relative_to(ROOT)}")
+    ap.add_argument("--kinds", default="pointwise,normalization,matmul_splitk")
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")  # a recording under older software warns once per correction
+    profile = read_profile(ROOT / PROFILE)
+    device = profile.device["name"]
+    bins, fitted_on = {}, {}
+    print("| kind | recordings | candidates | bins (upto us: band) | LORO coverage mean / min | choices |")
+    print("|---|---|---|---|---|---|")
+    for kind in args.kinds.split(","):
+        paths = recordings(kind, device)
+        per = [ME.recording_errors(kind, p, profile) for p in paths]
+        pairs = [pr for prs in per for pr in prs]
+        bins[kind] = ME.fit_bins(pairs)
+        fitted_on[kind] = [{"recording": str(p.relative_to(ROOT)), "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
+                            **ME.recording_summary(prs)} for p, prs in zip(paths, per)]
+        loro = ME.leave_one_out_coverage(per)
+        me = ME.ModelError(device, {}, {kind: bins[kind]}, {})
+        choices = choice_coverage(kind, paths, profile, me)
+        shown = "; ".join(f"{'inf' if math.isinf(b.upto_us) else f'{b.upto_us:.3g}'}: "
+                          f"{math.exp(b.log_lo):.3f}-{math.exp(b.log_hi):.3f} (n {b.n})" for b in bins[kind])
+        print(f"| {kind} | {len(paths)} | {len(pairs)} | {shown} | {statistics.mean(loro):.3f} / {min(loro):.3f} "
+              f"| {choices} |", flush=True)
+    if args.write:
+        software = profile.software or {}
+        from calib.heuristics.predictor import KERNEL_SOFTWARE
+
+        doc = ME.to_doc(ME.ModelError(device, {k: software[k] for k in KERNEL_SOFTWARE if k in software}, bins,
+                                      fitted_on, PROFILE))
+        old = json.loads(ME.FILE.read_text()) if ME.FILE.exists() else {}
+        for kind, entry in old.get("kinds", {}).items():  # a kind not refitted keeps its band
+            doc["kinds"].setdefault(kind, entry)
+        atomic.replace(ME.FILE, (json.dumps(doc, indent=1) + "\n").encode(), ME.ModelErrorError)
+        print(f"wrote {ME.FILE.relative_to(ROOT)}")
+    return 0
+
+
+def choice_coverage(kind, paths, profile, me) -> str:
+    """How often the band, fitted on every recording, holds the heuristic's own choice (in-sample)."""
+    from calib.heuristics import evaluate
+
+    inside = n = 0
+    for p in paths:
+        res = evaluate.evaluate(kind, backend=f"replay:{p}", profile=profile)
+        for r in res["rows"]:
+            if r.get("predicted_us") and r.get("heuristic_us"):
+                b = me.bin_for(kind, r["predicted_us"])
+                inside += b.log_lo <= math.log(r["heuristic_us"] / r["predicted_us"]) <= b.log_hi
+                n += 1
+    return f"{inside / n:.3f} of {n}" if n else "none"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

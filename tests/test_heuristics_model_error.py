@@ -1,0 +1,202 @@
+"""The family models' error band (calib.heuristics.model_error): its fit covers planted errors at the
+nominal rate on recordings it has not seen, the shipped band is today's model's on recordings no
+correction was fitted on, ``pi95`` holds only on the recorded GPU, and a bad band file is refused
+with the field named."""
+
+import hashlib
+import json
+import math
+import random
+import warnings
+from pathlib import Path
+
+import pytest
+
+from calib import predict
+from calib.heuristics import model_error as ME
+from calib.profile import read_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "profiles/nvidia-h200.json"
+LAUNCH = {"pointwise": ({"op": "add", "n": 1 << 26, "dtype": "float32"}, {"vec": 4, "ept": 2, "block": 256,
+                                                                          "grid": "cover"})}
+
+
+def _planted_recordings(seed, count=20, per=600):
+    """Recordings of (predicted us, log error): errors of a scale that grows with the time, with
+    heavy tails (Student t of 4 dof), as a model's are; returns them and the true 95% band at t."""
+    rng = random.Random(seed)
+
+    def scale(t):
+        return 0.03 if t < 10 else 0.09
+
+    def draw():
+        t = 10 ** rng.uniform(0, 4)
+        z = rng.gauss(0, 1) / math.sqrt(sum(rng.gauss(0, 1) ** 2 for _ in range(4)) / 4)
+        return t, 0.02 + scale(t) * z
+
+    return [[draw() for _ in range(per)] for _ in range(count)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_band_fitted_on_other_recordings_covers_planted_errors_at_the_nominal_rate(seed):
+    recs = _planted_recordings(seed)
+    cover = ME.leave_one_out_coverage(recs, min_bin=1000)
+    assert 0.935 <= sum(cover) / len(cover) <= 0.965, cover
+    fresh = _planted_recordings(1000 + seed, count=1, per=20000)[0]
+    me = ME.ModelError("x", {}, {"k": ME.fit_bins([p for r in recs for p in r], min_bin=1000)}, {})
+    inside = sum(me.bin_for("k", t).log_lo <= e <= me.bin_for("k", t).log_hi for t, e in fresh)
+    assert 0.94 <= inside / len(fresh) <= 0.96
+
+
+def test_bins_of_too_few_errors_are_merged_and_the_narrow_launch_bound_bin_stays_narrow():
+    recs = _planted_recordings(7)
+    bins = ME.fit_bins([p for r in recs for p in r], min_bin=1000)
+    assert all(b.n >= 1000 for b in bins) and sum(b.n for b in bins) == 20 * 600
+    assert [b.upto_us for b in bins] == sorted(b.upto_us for b in bins) and math.isinf(bins[-1].upto_us)
+    # half-decade edges; the planted scale changes at 10 us, so one edge is there
+    assert 10.0 in [pytest.approx(b.upto_us) for b in bins[:-1]]
+    first, last = bins[0], bins[-1]
+    assert first.log_hi - first.log_lo < 0.5 * (last.log_hi - last.log_lo)
+    # fewer errors than a bin needs: one bin
+    assert len(ME.fit_bins([(5.0, 0.1), (500.0, -0.1)], min_bin=10)) == 1
+    assert ME.fit_bins([]) == ()
+
+
+def test_the_interval_is_the_band_widened_by_the_ci_in_quadrature():
+    lo, hi = ME.widen(100.0, (97.0, 104.0), -0.10, 0.20)
+    assert lo == pytest.approx(100 * math.exp(-math.hypot(0.10, math.log(100 / 97))))
+    assert hi == pytest.approx(100 * math.exp(math.hypot(0.20, math.log(1.04))))
+    # no CI: the band alone; a band that does not straddle 0 still contains the prediction
+    assert ME.widen(100.0, None, -0.1, 0.2) == pytest.approx((100 * math.exp(-0.1), 100 * math.exp(0.2)))
+    assert ME.widen(100.0, (100.0, 100.0), 0.05, 0.2)[0] == pytest.approx(100.0)
+
+
+def test_quantile_interpolates_as_numpy_does():
+    np = pytest.importorskip("numpy")
+    xs = sorted(random.Random(3).gauss(0, 1) for _ in range(101))
+    for p in (0.0, 0.025, 0.5, 0.975, 1.0):
+        assert ME.quantile(xs, p) == pytest.approx(float(np.quantile(xs, p)))
+
+
+# -- the shipped band -----------------------------------------------------------------------------
+
+def _shipped():
+    me = ME.shipped()
+    assert me is not None, "calib/heuristics/model_error.json is missing"
+    return me
+
+
+def test_the_shipped_band_covers_every_kind_and_was_fitted_on_no_corrections_recordings():
+    me = _shipped()
+    assert set(me.bins) == {"pointwise", "normalization", "matmul_splitk"}
+    training = ME.training_recordings()
+    assert training, "the corrections' training recordings were not found"
+    for kind, recs in me.fitted_on.items():
+        assert len(recs) >= 20, kind
+        for r in recs:
+            assert r["recording"] not in training
+            path = ROOT / r["recording"]
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == r["sha256"], r["recording"]
+        assert sum(r["candidates"] for r in recs) == sum(b.n for b in me.bins[kind])
+
+
+@pytest.mark.parametrize("kind", ["pointwise", "normalization", "matmul_splitk"])
+def test_the_shipped_band_is_todays_models_error(kind):
+    """One recording per kind (its fewest candidates), replayed with today's model, gives the numbers the
+    file keeps of it. A model changed since: refit with `python bench/fit_model_error.py --write`."""
+    me = _shipped()
+    r = min(me.fitted_on[kind], key=lambda r: r["candidates"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a recording under older software than the profile's warns once
+        pairs = ME.recording_errors(kind, ROOT / r["recording"], read_profile(H200))
+    got = ME.recording_summary(pairs)
+    assert got["candidates"] == r["candidates"]
+    same = all(got[k] == pytest.approx(r[k], abs=1e-9) for k in ("log_lo", "log_hi"))
+    assert same, (
+        f"{kind}'s model no longer gives the error recorded for {r['recording']}: "
+        "refit with `python bench/fit_model_error.py --write`")
+
+
+def test_predict_carries_pi95_on_the_recorded_gpu_and_only_there(sim_prof):
+    h200 = read_profile(H200)
+    d, launch = LAUNCH["pointwise"]
+    p = predict.predict("pointwise", d, launch, h200)
+    assert p.pi95 is not None
+    assert p.pi95[0] < p.ci95[0] <= p.time_us <= p.ci95[1] < p.pi95[1]
+    b = _shipped().bin_for("pointwise", p.time_us)
+    assert p.pi95[1] / p.time_us >= math.exp(b.log_hi) and p.pi95[0] / p.time_us <= math.exp(b.log_lo)
+    assert predict.predict("pointwise", d, launch, sim_prof).pi95 is None  # another GPU: no band
+    other = read_profile(H200)
+    other.device = dict(other.device, name="NVIDIA H100 80GB HBM3")
+    assert predict.predict("pointwise", d, launch, other).pi95 is None  # not across GPU models
+
+
+def test_a_replayed_evaluation_reports_how_often_pi95_holds_the_choice():
+    from calib.heuristics import evaluate as E
+
+    me = _shipped()
+    rec = me.fitted_on["normalization"][-1]["recording"]  # the latest: every choice of today's is among its candidates
+    res = E.evaluate("normalization", backend=f"replay:{ROOT / rec}", profile=read_profile(H200))
+    rows = [r for r in res["rows"] if r.get("heuristic_us") and r.get("predicted_pi95")]
+    assert len(rows) >= 90
+    inside = sum(r["predicted_pi95"][0] <= r["heuristic_us"] <= r["predicted_pi95"][1] for r in rows)
+    assert res["prediction"]["all"]["pi95_contains_measured"] == pytest.approx(inside / len(rows))
+    assert res["prediction"]["all"]["pi95_contains_measured"] >= 0.85
+    assert "model-error interval (pi95)" in E.to_markdown(res)
+
+
+# -- a bad band file ------------------------------------------------------------------------------
+
+def _doc():
+    return json.loads(ME.FILE.read_text())
+
+
+def _bad(doc_change):
+    doc = _doc()
+    doc_change(doc)
+    return doc
+
+
+BAD = {
+    "not the format": (lambda d: d.update(format="calib.profile"), "not of format"),
+    "a newer version": (lambda d: d.update(version=ME.VERSION + 1), "has version"),
+    "no device": (lambda d: d.update(device=" "), "'device' is empty"),
+    "software not text": (lambda d: d.update(software={"cupy": 14}), "version string"),
+    "an unknown kind": (lambda d: d["kinds"].update(conv2d=d["kinds"]["pointwise"]), "not a scheduler kind"),
+    "no bins": (lambda d: d["kinds"]["pointwise"].update(bins=[]), "'bins' is empty"),
+    "an upper end on the last bin": (lambda d: d["kinds"]["pointwise"]["bins"][-1].update(upto_us=1e9),
+                                     "must be null"),
+    "bins out of order": (lambda d: d["kinds"]["pointwise"]["bins"][1].update(upto_us=1.0), "does not rise"),
+    "a band upside down": (lambda d: d["kinds"]["pointwise"]["bins"][0].update(log_lo=0.5, log_hi=-0.5),
+                           "not ordered"),
+    "a band of e^50": (lambda d: d["kinds"]["pointwise"]["bins"][0].update(log_hi=50), "not ordered"),
+    "a huge integer": (lambda d: d["kinds"]["pointwise"]["bins"][0].update(log_hi=10 ** 400), "finite number"),
+    "a boolean count": (lambda d: d["kinds"]["pointwise"]["bins"][0].update(n=True), "'n' must be"),
+    "no fitted_on": (lambda d: d["kinds"]["pointwise"].pop("fitted_on"), "'fitted_on' must be"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_bad_band_file_is_refused_naming_what_is_wrong(name, tmp_path):
+    change, why = BAD[name]
+    p = tmp_path / "model_error.json"
+    p.write_text(json.dumps(_bad(change)))
+    with pytest.raises(ME.ModelErrorError, match=why):
+        ME.load(p)
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b"[1, 2]", b"\xff\xfe", b"[" * 100000 + b"]" * 100000])
+def test_a_file_that_is_no_band_at_all_is_refused(content, tmp_path):
+    p = tmp_path / "model_error.json"
+    p.write_bytes(content)
+    with pytest.raises(ME.ModelErrorError, match="model-error band"):
+        ME.load(p)
+
+
+def test_the_shipped_file_loads_and_round_trips():
+    me = ME.load(ME.FILE)
+    doc = ME.to_doc(me)
+    again = ME.ModelError(me.device, me.software, me.bins, me.fitted_on, me.profile)
+    assert ME.to_doc(again) == doc
+    assert doc["kinds"]["pointwise"]["bins"][-1]["upto_us"] is None
