@@ -173,6 +173,8 @@ def test_the_live_check_of_seed_14_normalization_missed_on_a_multipass_thread_co
     thread and pass against 8 at 1024) it takes 1024 with or without the stagger. Fitted with R seen,
     so this is not a held-out result."""
     from calib.heuristics import normalization as N
+    from calib.heuristics.normalization import classes as N_classes
+    from calib.heuristics.normalization import model as N_model
 
     res = _replay("normalization", "R")
     h = res["summary"]["heuristic"]
@@ -182,9 +184,9 @@ def test_the_live_check_of_seed_14_normalization_missed_on_a_multipass_thread_co
     row = next(r for r in res["rows"] if r["descriptor"] == R_LONG_SOFTMAX)
     assert row["heuristic"]["strategy"] == "multipass" and row["heuristic"]["threads"] == 1024, row["heuristic"]
     prof = load_profile(R / recordings("normalization", names="R")["R"][1], device=None, software=None)
-    monkeypatch.setattr(N, "STAGGER_WAVES", 0.0)
+    monkeypatch.setattr(N_model, "STAGGER_WAVES", 0.0)
     assert N.heuristic(R_LONG_SOFTMAX, prof)["threads"] == 1024
-    monkeypatch.setattr(N, "loop_log2", lambda d, k: None)
+    monkeypatch.setattr(N_classes, "loop_log2", lambda d, k: None)
     pairs = [(R / r, R / p) for _, (r, p) in sorted(recordings("normalization", names="ABCDEFGHIJKLMQR").items())]
     with N.use_corrections(N.fit_all(N.recorded_samples(pairs))):
         old = N.heuristic(R_LONG_SOFTMAX, prof)

@@ -27,6 +27,7 @@ import pytest
 
 from calib.heuristics import evaluate as E
 from calib.heuristics import normalization as N
+from calib.heuristics.normalization import occupancy as N_occupancy
 from calib.heuristics.knobs import Knobs
 from calib.heuristics.predictor import q_of
 from calib.profile import Profile, load_profile
@@ -123,7 +124,7 @@ def test_the_register_counts_hold_for_their_compiler_only(monkeypatch, nvrtc, ap
 
     assert tuple(json.loads((R / "2026-12-03-h200-heuristics-s10" / "norm-registers.json").read_text())["nvrtc"]) \
         == N.PTXAS_REGISTERS_NVRTC
-    monkeypatch.setattr(N, "_compiler", {})
+    monkeypatch.setattr(N_occupancy, "_compiler", {})
     if nvrtc is None:
         monkeypatch.delitem(sys.modules, "cupy", raising=False)
     else:

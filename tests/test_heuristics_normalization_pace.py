@@ -5,7 +5,7 @@ their maximum, judged on the H200 recordings (issue 14).
 P (seed 12, H200, 2026-12-02, unseen when it ran) lost 0.801 on fp16 layer norm 23143 x 377: with the
 maximum, 128 threads sat at the dispatch floor and were ranked first (24.6 us measured), where 32
 threads ran 19.7 us. The p is the value of a small grid whose choices have the highest mean log
-efficiency over A-M, the corrections refitted for each value (normalization.py has the numbers)."""
+efficiency over A-M, the corrections refitted for each value (normalization/model.py has the numbers)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from calib.heuristics import normalization as N
+from calib.heuristics.normalization import classes as N_classes
+from calib.heuristics.normalization import l2_share as N_l2_share
+from calib.heuristics.normalization import model as N_model
 from calib.heuristics.knobs import Knobs
 from calib.heuristics.predictor import q_of
 from calib.profile import load_profile
@@ -55,7 +58,7 @@ def test_p_s_short_rows_take_a_thread_count_that_ran_within_5_percent(monkeypatc
     best = min(times.values())
     k = N.heuristic(P_SHORT_ROWS, prof)
     assert best / times[k.autotune_name] > 0.95, dict(k)
-    monkeypatch.setattr(N, "BLOCK_PACE_NORM", math.inf)
+    monkeypatch.setattr(N_model, "BLOCK_PACE_NORM", math.inf)
     old = N.heuristic(P_SHORT_ROWS, prof)
     assert old["threads"] == 128 and best / times[old.autotune_name] < 0.85
 
@@ -94,7 +97,7 @@ def test_the_shipped_norm_beats_the_maximum_and_a_plain_sum_on_a_to_m(monkeypatc
     pairs = [(R / r, R / p) for _, (r, p) in sorted(recordings("normalization", names="ABCDEFGHIJKLM").items())]
     shipped, score = N.BLOCK_PACE_NORM, {}
     for p in (shipped, math.inf, 2.0):
-        monkeypatch.setattr(N, "BLOCK_PACE_NORM", p)
+        monkeypatch.setattr(N_model, "BLOCK_PACE_NORM", p)
         samples = N.recorded_samples(pairs)
         score[p] = _mean_log_efficiency(samples, N.fit_all(samples))
     assert score[shipped] > score[math.inf] and score[shipped] > score[2.0], score
@@ -119,7 +122,7 @@ def test_the_reread_scale_is_the_hardware_l2_not_the_measured_capacity():
 def _per_kernel_classes(monkeypatch):
     """The corrections' classes as before version 3 (one factor per compiled kernel, no multi-pass
     loop bands), refitted on A-M: what the constants below were judged with."""
-    monkeypatch.setattr(N, "loop_log2", lambda d, k: None)
+    monkeypatch.setattr(N_classes, "loop_log2", lambda d, k: None)
     pairs = [(R / r, R / p) for _, (r, p) in sorted(recordings("normalization", names="ABCDEFGHIJKLM").items())]
     return N.fit_all(N.recorded_samples(pairs))
 
@@ -139,15 +142,15 @@ def test_a_refreshed_profile_keeps_the_worst_case(name, monkeypatch):
         return E.evaluate("normalization", backend=f"replay:{rec}", profile=prof)["summary"]["heuristic"][
             "worst_efficiency"]
 
-    hardware = N.reread_scale_bytes
+    hardware = N_l2_share.reread_scale_bytes
     measured = lambda q: q("memory.l2.capacity_bytes")  # noqa: E731
     assert worst() >= 0.85
-    monkeypatch.setattr(N, "reread_scale_bytes", measured)
+    monkeypatch.setattr(N_l2_share, "reread_scale_bytes", measured)
     assert worst() >= 0.85
-    monkeypatch.setattr(N, "reread_scale_bytes", hardware)
+    monkeypatch.setattr(N_l2_share, "reread_scale_bytes", hardware)
     with N.use_corrections(_per_kernel_classes(monkeypatch)):
         assert worst() >= 0.85
-        monkeypatch.setattr(N, "reread_scale_bytes", measured)
+        monkeypatch.setattr(N_l2_share, "reread_scale_bytes", measured)
         assert worst() < 0.85
 
 
@@ -191,7 +194,7 @@ def test_the_choices_do_not_follow_the_measured_capacity(tmp_path, monkeypatch):
         assert _choices("I", _capacity_moved(R / own_path, tmp_path, factor)) == own, factor
     from calib.heuristics import predictor as P
 
-    monkeypatch.setattr(N, "streamed_l2_fraction", lambda q, ws: P.streamed_l2_fraction(q, ws))
+    monkeypatch.setattr(N_l2_share, "streamed_l2_fraction", lambda q, ws: P.streamed_l2_fraction(q, ws))
     before, moved = _choices("I", _recording("I")[1]), _choices("I", _capacity_moved(R / own_path, tmp_path, 0.78))
     assert {k for k in before if moved[k] != before[k]} == {
         _key({"op": "layernorm", "rows": 964, "cols": 12568, "dtype": "float16"})}
@@ -204,7 +207,7 @@ M_THREE_ROWS = {"op": "softmax", "rows": 344, "cols": 20568, "dtype": "float32"}
 def _efficiency(name, desc, monkeypatch=None, **consts):
     if monkeypatch is not None:
         for k, v in consts.items():
-            monkeypatch.setattr(N, k, v)
+            monkeypatch.setattr(N_model, k, v)
     _, prof = _recording(name)
     times = _times(name, desc)
     return min(times.values()) / times[N.heuristic(desc, prof).autotune_name]
@@ -232,7 +235,7 @@ def test_the_shipped_inflight_share_beats_none_and_a_larger_one_on_a_to_m(monkey
     pairs = [(R / r, R / p) for _, (r, p) in sorted(recordings("normalization", names="ABCDEFGHIJKLM").items())]
     shipped, score = N.INFLIGHT_SHARE, {}
     for a in (shipped, 0.0, 0.5):
-        monkeypatch.setattr(N, "INFLIGHT_SHARE", a)
+        monkeypatch.setattr(N_model, "INFLIGHT_SHARE", a)
         samples = N.recorded_samples(pairs)
         score[a] = _mean_log_efficiency(samples, N.fit_all(samples))
     assert score[shipped] > score[0.0] and score[shipped] > score[0.5], score
@@ -252,12 +255,12 @@ def _stagger_errors(names, monkeypatch, waves) -> list:
     """log(measured / corrected model) of every recorded multi-pass candidate of ``names`` whose plain
     time the shipped stagger moves, with STAGGER_WAVES = ``waves`` and the corrections refitted on A-M
     for it, one factor per compiled kernel as then (:func:`_per_kernel_classes`)."""
-    monkeypatch.setattr(N, "loop_log2", lambda d, k: None)
+    monkeypatch.setattr(N_classes, "loop_log2", lambda d, k: None)
     pairs = lambda ns: [(R / r, R / p) for _, (r, p) in sorted(recordings("normalization", names=ns).items())]  # noqa: E731
     shipped = N.recorded_samples(pairs(names))
-    monkeypatch.setattr(N, "STAGGER_WAVES", 0.0)
+    monkeypatch.setattr(N_model, "STAGGER_WAVES", 0.0)
     base = N.recorded_samples(pairs(names))
-    monkeypatch.setattr(N, "STAGGER_WAVES", waves)
+    monkeypatch.setattr(N_model, "STAGGER_WAVES", waves)
     c = N.fit_all(N.recorded_samples(pairs("ABCDEFGHIJKLM")))
     out = []
     for (d, cands0, _), (_, moved, _), (_, cands, _) in zip(base, shipped, N.recorded_samples(pairs(names))):
