@@ -200,3 +200,22 @@ def test_the_shipped_file_loads_and_round_trips():
     again = ME.ModelError(me.device, me.software, me.bins, me.fitted_on, me.profile)
     assert ME.to_doc(again) == doc
     assert doc["kinds"]["pointwise"]["bins"][-1]["upto_us"] is None
+
+
+def test_the_review_figure_draws_both_intervals_and_says_how_often_each_held():
+    pytest.importorskip("matplotlib")
+    from calib.heuristics import evaluate as E
+    from calib.heuristics import review
+
+    rec = _shipped().fitted_on["pointwise"][-1]["recording"]
+    res = E.evaluate("pointwise", backend=f"replay:{ROOT / rec}", profile=read_profile(H200))
+    fig = review.prediction_figure(res)
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert any(lb.startswith("pi95") for lb in labels) and any(lb.startswith("ci95") for lb in labels)
+    p = res["prediction"]["all"]
+    assert f"pi95 holds {p['pi95_contains_measured']:.0%}" in ax.get_title()
+    assert f"ci95 holds {p['interval_contains_measured']:.0%}" in ax.get_title()
+    # a row without intervals (a choice the predictor could not price) is drawn without them
+    res["rows"][0]["predicted_ci95"] = res["rows"][0]["predicted_pi95"] = None
+    assert review.prediction_figure(res).axes

@@ -72,27 +72,46 @@ def efficiency_figure(res: dict):
 
 
 def prediction_figure(res: dict):
-    """Predicted against measured time of the heuristic's choice, with the predictor's intervals."""
+    """Predicted against measured time of the heuristic's choice, with the predictor's intervals:
+    ``ci95`` (the profile's CIs, dark) and, where the model's recorded error holds for the GPU,
+    ``pi95`` (light, wider): the first says how well the profile pins the model, the second where
+    the measured time is expected. The title gives how often each held the measured time."""
     import matplotlib.pyplot as plt
 
     res = load(res)
     rows = [r for r in res["rows"] if r.get("heuristic_us") and r.get("predicted_us")]
     fig, ax = plt.subplots(figsize=(5, 5))
+
+    def bars(name, **style):
+        have = [r for r in rows if r.get(name)]
+        if have:
+            below = [r["predicted_us"] - r[name][0] for r in have]
+            above = [r[name][1] - r["predicted_us"] for r in have]
+            ax.errorbar([r["heuristic_us"] for r in have], [r["predicted_us"] for r in have], yerr=[below, above],
+                        fmt="none", **style)
+
+    bars("predicted_pi95", lw=2.5, color="C0", alpha=0.25, label="pi95 (model's recorded error)")
+    bars("predicted_ci95", lw=0.8, color="C0", label="ci95 (profile's CIs)")
     x = [r["heuristic_us"] for r in rows]
     y = [r["predicted_us"] for r in rows]
-    err = [[r["predicted_us"] - r["predicted_ci95"][0] for r in rows],
-           [r["predicted_ci95"][1] - r["predicted_us"] for r in rows]]
-    ax.errorbar(x, y, yerr=err, fmt="o", ms=3, lw=0.6)
-    lo, hi = min(x + y), max(x + y)
-    ax.plot([lo, hi], [lo, hi], color="grey", lw=0.6)
+    ax.plot(x, y, "o", ms=3, color="C0")
+    if rows:
+        lo, hi = min(x + y), max(x + y)
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.6)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("measured us")
     ax.set_ylabel("predicted us")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="upper left", fontsize="small")
     p = res["prediction"]["all"]
     if p.get("n"):
+        held = [f"{label} holds {p[key]:.0%}" for key, label in (("interval_contains_measured", "ci95"),
+                                                                 ("pi95_contains_measured", "pi95"))
+                if p.get(key) is not None]
         ax.set_title(f"{res['kind']}: median |error| {p['median_abs_rel_error']:.1%}, p90 {p['p90_abs_rel_error']:.1%}"
-                     + (" (SIMULATED)" if res.get("simulated") else ""), wrap=True)
+                     + (f"; {', '.join(held)}" if held else "") + (" (SIMULATED)" if res.get("simulated") else ""),
+                     wrap=True)
     plt.close(fig)
     return fig
 
