@@ -36,7 +36,7 @@ bench/cublaslt_compare.py did for split 1: on the H200, 571 of 571 traced pairs,
 every split > 1 of every recorded fp32 problem (2416 pairs of A-P), so that a replay with the file as
 oracle times every split of a problem from its kernel, not only the splits near the best (with the
 571, a problem's other splits fall back to the fastest SIMT configuration and look faster than
-they ran: calib/heuristics/splitk.py, BATCHED_PROBE_FILE).
+they ran: calib/heuristics/splitk/batched.py, BATCHED_PROBE_FILE).
 
 shapes: writes the two lists the probes above take, without a GPU: SPLIT1.json, [m, n, k] of the fp32
 problems of the named recordings (``--recordings``, letters of tests/h200_recordings.py) and of the

@@ -75,8 +75,8 @@ def before_the_fp32_forest(monkeypatch):
 
     monkeypatch.setitem(splitk._fp32_recorded, "doc", None)
     monkeypatch.setitem(splitk._fp32_splits, "doc", None)
-    monkeypatch.setattr(splitk, "SPLIT_MARGIN", 0.84)
-    monkeypatch.setattr(splitk, "SPLIT_MARGIN_FROM_CHOICE", 0.88)
+    monkeypatch.setattr(splitk.margins, "SPLIT_MARGIN", 0.84)
+    monkeypatch.setattr(splitk.margins, "SPLIT_MARGIN_FROM_CHOICE", 0.88)
 
 
 # Session 12's fp32 split-1 forest (version 1: the shape alone, fitted on TRAINING), kept beside the
@@ -93,8 +93,8 @@ def session12_splitk(monkeypatch):
 
     monkeypatch.setitem(splitk._fp32_recorded, "doc", splitk.load_fp32_recorded(SESSION12_FP32_FOREST))
     monkeypatch.setitem(splitk._fp32_splits, "doc", None)
-    monkeypatch.setattr(splitk, "SPLIT_MARGIN", 0.90)
-    monkeypatch.setattr(splitk, "SPLIT_MARGIN_FROM_CHOICE", 0.86)
+    monkeypatch.setattr(splitk.margins, "SPLIT_MARGIN", 0.90)
+    monkeypatch.setattr(splitk.margins, "SPLIT_MARGIN_FROM_CHOICE", 0.86)
 
 
 @pytest.fixture

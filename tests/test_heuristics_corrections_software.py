@@ -107,7 +107,7 @@ def test_an_older_forest_without_software_is_read_forward_for_any_software(tmp_p
     p.write_text(json.dumps(dict(old, version=2)))
     doc = SK.load_fp16_split1(p)
     assert doc["version"] == SK.FP16_SPLIT1_VERSION and doc["software"] is None and doc["trees"] == raw["trees"]
-    monkeypatch.setattr(SK, "_fp16_split1", {"doc": doc})  # what the shipped file's place would load
+    monkeypatch.setattr(SK.forests, "_fp16_split1", {"doc": doc})  # what the shipped file's place would load
     with warnings.catch_warnings():
         warnings.simplefilter("error", HeuristicWarning)
         assert SK.fp16_split1_log_factor(P.q_of(_profile(cuda_runtime="12.8")), 64, 4096, 4096) != 0.0
@@ -278,7 +278,7 @@ def test_a_correction_from_before_the_architecture_was_recorded_applies_to_its_n
     p.write_text(json.dumps(dict({k: v for k, v in raw.items() if k != "compute_capability"}, version=3)))
     doc = SK.load_fp16_split1(p)
     assert doc["version"] == SK.FP16_SPLIT1_VERSION and doc["compute_capability"] is None
-    monkeypatch.setattr(SK, "_fp16_split1", {"doc": doc})
+    monkeypatch.setattr(SK.forests, "_fp16_split1", {"doc": doc})
     assert SK.fp16_split1_log_factor(P.q_of(_profile()), 64, 4096, 4096) != 0.0
     assert SK.fp16_split1_log_factor(P.q_of(_h100()), 64, 4096, 4096) == 0.0
     c = json.loads(N.CORRECTIONS_FILE.read_text())

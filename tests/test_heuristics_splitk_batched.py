@@ -145,21 +145,21 @@ def test_a_16_row_fp32_output_takes_the_choice_and_others_the_fastest_configurat
         on = SK.model_us(d, {"split": 8}, q)
         assert CL.batched_choice(16, 720, 448, 8, "float32", q.device_name).algo_id == SK.SN_ALGO
         fp16 = SK.model_us(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q)
-        assert SK.margin(d, {"split": 8}, q) == SK.SPLIT_MARGIN_FROM_CHOICE
-        assert SK.margin(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q) == SK.SPLIT_MARGIN
+        assert SK.margin(d, {"split": 8}, q) == SK.margins.SPLIT_MARGIN_FROM_CHOICE
+        assert SK.margin(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q) == SK.margins.SPLIT_MARGIN
         tall = SK.SplitKDescriptor(48, 1072, 26624, "float32")  # C's: timed from its choice, 48 rows
         c = CL.batched_choice(48, 1072, 832, 32, "float32", q.device_name)
         assert SK.batched_gemm_us(q, 48, 1072, 832, 32) == SK.batched_choice_us(q, 48, 1072, 832, 32, c)
-        assert SK.margin(tall, {"split": 32}, q) == SK.SPLIT_MARGIN  # the 16-row margin only
+        assert SK.margin(tall, {"split": 32}, q) == SK.margins.SPLIT_MARGIN  # the 16-row margin only
         # I's 48x496x22016 split 16: 55's 64x64 tile, 128 CTAs resident on 132 SMs: the fastest configuration
         lone = CL.batched_choice(48, 496, 22016 // 16, 16, "float32", q.device_name)
         assert (lone.algo_id, lone.tile_m, lone.tile_n) == (55, 64, 64)
         assert SK.lt_batched_ctas(48, 496, 16, lone) == (128, True)
         assert not SK.choice_times_batched(q, 48, 496, 16, lone)
         assert SK.batched_gemm_us(q, 48, 496, 1376, 16) == SK.gemm_us(q, 48, 496, 1376, 4, 4, "simt", batch=16)
-        monkeypatch.setattr(SK, "choice_times_batched", lambda *a: False)
+        monkeypatch.setattr(SK.batched, "choice_times_batched", lambda *a: False)
         off = SK.model_us(d, {"split": 8}, q)
-        assert SK.margin(d, {"split": 8}, q) == SK.SPLIT_MARGIN
+        assert SK.margin(d, {"split": 8}, q) == SK.margins.SPLIT_MARGIN
     assert fp16 == SK.model_us(SK.SplitKDescriptor(16, 720, 3584, "float16"), {"split": 8}, q)  # fp32 only
     c = batched[CL.batched_key(16, 720, 448, 8)]
     assert on - off == pytest.approx(SK.batched_choice_us(q, 16, 720, 448, 8, c) - plain)
@@ -188,8 +188,8 @@ def test_with_split_1_not_lowered_no_margin_keeps_both_c_and_i(batched, monkeypa
     grids set). Any SPLIT_MARGIN that takes C's split takes I's too, with split 1 at the plain model's
     61.5 us; lowered to the choice's 40.4 (splitk.LOWERED_ROWS_ABOVE), I's split 16 is predicted 1.25x
     split 1 and any margin keeps it."""
-    monkeypatch.setattr(SK, "choice_times_batched", lambda *a: True)
-    monkeypatch.setattr(SK, "LOWERED_ROWS_ABOVE", 10**9)
+    monkeypatch.setattr(SK.batched, "choice_times_batched", lambda *a: True)
+    monkeypatch.setattr(SK.fp32_split1, "LOWERED_ROWS_ABOVE", 10**9)
     ratio = {}
     with CL.use_oracle(_oracle(batched)):
         for name, (m, n, k), s in (("C", (48, 1072, 26624), 32), ("I", (48, 496, 22016), 16)):
@@ -198,7 +198,7 @@ def test_with_split_1_not_lowered_no_margin_keeps_both_c_and_i(batched, monkeypa
             ratio[name] = SK.model_us(d, {"split": s}, q) / SK.model_us(d, {"split": 1}, q)
             ran = row["times_us"][f"split={s}"] / row["times_us"]["split=1"]
             assert (ran < 0.8) if name == "C" else (ran > 1.9), (name, ran)
-    assert ratio["I"] < ratio["C"] < SK.SPLIT_MARGIN
+    assert ratio["I"] < ratio["C"] < SK.margins.SPLIT_MARGIN
     assert 0.82 < ratio["I"] and ratio["C"] < 0.84
 
 
@@ -213,10 +213,11 @@ def test_i_rises_with_split_1_lowered_and_falls_with_the_lone_cta_grid_timed_fro
     worst = {}
     shipped = SK.choice_times_batched
     for variant in ("shipped", "every grid", "not lowered", "session 5"):
-        monkeypatch.setattr(SK, "choice_times_batched", {"shipped": shipped, "every grid": lambda *a: True,
+        monkeypatch.setattr(SK.batched, "choice_times_batched", {"shipped": shipped, "every grid": lambda *a: True,
                                                           "not lowered": lambda *a: True,
                                                           "session 5": lambda *a: False}[variant])
-        monkeypatch.setattr(SK, "LOWERED_ROWS_ABOVE", 10**9 if variant in ("not lowered", "session 5") else 32)
+        monkeypatch.setattr(SK.fp32_split1, "LOWERED_ROWS_ABOVE",
+                            10**9 if variant in ("not lowered", "session 5") else 32)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             with CL.use_oracle(_oracle(batched)):
@@ -265,7 +266,7 @@ def test_without_a_gpu_the_batched_choice_is_none_and_the_model_falls_back(q, mo
     with pytest.warns(RuntimeWarning, match="CuPy is not in use"):
         assert CL.batched_choice(16, 720, 448, 8, "float32", q.device_name) is None
     assert SK.batched_gemm_us(q, 16, 720, 448, 8) == SK.gemm_us(q, 16, 720, 448, 4, 4, "simt", batch=8)
-    assert SK.margin(SK.SplitKDescriptor(16, 720, 3584, "float32"), {"split": 8}, q) == SK.SPLIT_MARGIN
+    assert SK.margin(SK.SplitKDescriptor(16, 720, 3584, "float32"), {"split": 8}, q) == SK.margins.SPLIT_MARGIN
 
 
 def test_a_failing_library_gives_no_batched_choice_never_an_exception(monkeypatch):

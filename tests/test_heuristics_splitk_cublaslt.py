@@ -167,7 +167,7 @@ def test_left_out_one_seed_at_a_time_only_i_falls_and_f_h_l_m_o_rise(oracle, mon
         shapes = {(r["descriptor"]["m"], r["descriptor"]["n"], r["descriptor"]["k"])
                   for rows, _ in loaded.values() for r in rows if r["descriptor"]["dtype"] == "float32"}
         monkeypatch.setitem(SK._split1, "doc", dict(doc, tree=SK.fit_split1_tree(kernels, qt, exclude=shapes)))
-        monkeypatch.setattr(SK, "LT_KERNEL_FACTOR", SK.fit_lt_factors(kernels, oracle, qt, exclude=shapes))
+        monkeypatch.setattr(SK.lt_kernel, "LT_KERNEL_FACTOR", SK.fit_lt_factors(kernels, oracle, qt, exclude=shapes))
         for name, (rows, profile) in loaded.items():
             effs = {}
             for which, o in (("plain", {}), ("oracle", oracle)):
@@ -257,7 +257,7 @@ def test_the_choice_predicts_the_issue_14_split1_misses(oracle, monkeypatch):
         assert SK.lt_ctas(1168, 288, CL.choice(1168, 288, 3328, "float32", q.device_name)) == 400
         with_choice = SK.model_us(d, {"split": 1}, q)
         assert SK.lt_resident(1168, 288, CL.choice(1168, 288, 3328, "float32", q.device_name))
-        monkeypatch.setattr(SK, "LT_WHOLE_WAVES", False)
+        monkeypatch.setattr(SK.lt_kernel, "LT_WHOLE_WAVES", False)
         fractional = SK.model_us(d, {"split": 1}, q)
     assert plain < 80 and 105 < fractional < 115 and 130 < with_choice < 145
 

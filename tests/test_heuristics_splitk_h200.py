@@ -271,7 +271,7 @@ def test_the_split_margin_left_out_one_seed_at_a_time(monkeypatch, before_the_fp
                  for m in MARGINS}
         tied = [m for m in MARGINS if score[m] >= max(score.values()) - 1e-12]
         chosen[seed] = tied[len(tied) // 2]
-        assert tied[0] <= SK.SPLIT_MARGIN <= tied[-1], (seed, tied)
+        assert tied[0] <= SK.margins.SPLIT_MARGIN <= tied[-1], (seed, tied)
         for name in held:
             with_margin, without = _efficiencies(predicted[name], chosen[seed]), _efficiencies(predicted[name], 1.0)
             for (_, _, _, r), a, b in zip(predicted[name], with_margin, without):

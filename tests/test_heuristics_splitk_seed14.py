@@ -164,8 +164,9 @@ def test_the_small_grid_reduction_left_out_one_seed_at_a_time(monkeypatch):
         shapes = {(r["descriptor"]["m"], r["descriptor"]["n"], r["descriptor"]["k"]) for n in names for r in _rows(n)
                   if r["descriptor"]["dtype"] == "float32"}
         for arm, slope in (("without", 0.0), ("with", SK.fit_reduce_slope(kernels, exclude=shapes))):
-            monkeypatch.setattr(SK, "LT_REDUCE_US_PER_SPLIT", slope)
-            monkeypatch.setattr(SK, "LT_KERNEL_FACTOR", SK.fit_lt_factors(kernels, oracle, qt, exclude=shapes))
+            monkeypatch.setattr(SK.lt_kernel, "LT_REDUCE_US_PER_SPLIT", slope)
+            monkeypatch.setattr(SK.lt_kernel, "LT_KERNEL_FACTOR",
+                                SK.fit_lt_factors(kernels, oracle, qt, exclude=shapes))
             for n in names:
                 rec, prof = (R / p for p in recordings("matmul_splitk", names=n)[n])
                 with warnings.catch_warnings(), CL.use_oracle(oracle):

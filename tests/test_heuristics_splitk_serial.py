@@ -139,7 +139,7 @@ def _replay(name, oracle_map, chain=True):
         with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
             warnings.simplefilter("ignore", RuntimeWarning)
             if not chain:
-                mp.setattr(SK, "serial_chain_us", lambda c, *a: 0.0)
+                mp.setattr(SK.lt_kernel, "serial_chain_us", lambda c, *a: 0.0)
             with CL.use_oracle(oracle_map):
                 _results[key] = E.evaluate("matmul_splitk", backend=f"replay:{rec}", profile=profile)
     return _results[key]

@@ -3,7 +3,7 @@
 
 Why: the split-K model's worst cases were fp32 problems whose split 1 (cuBLAS's own GEMM) ran
 1.3-1.9x the model's time because cuBLAS took a tile other than the fastest one the model knows,
-and the tile could not be learned from the shape (calib/heuristics/splitk.py). On an H200
+and the tile could not be learned from the shape (calib/heuristics/splitk/lt_kernel.py). On an H200
 (2026-12-02, bench/results/2026-12-02-h200-cublaslt/: cuBLAS 13.1, CuPy 14.2) Lt's first result
 was the algo, tile and split-K that cuBLAS's gemm then executed (its trace log) for 455 of the 455
 fp32 GEMMs of recordings A-L, asked in 2.4 ms a shape. So on the GPU the split-K model asks.
