@@ -7,7 +7,7 @@ candidate's time, leaves out the recordings a shipped correction was fitted on
 (model_error.training_recordings) and those whose content another one already has, and replays
 each candidate's prediction against its measured time. Prints per kind the bins, the coverage of
 each recording by the band fitted on the others (leave-one-recording-out), and that of the
-heuristics' own choices; --write stores the band. Takes 2-4 minutes on 2 cores.
+heuristics' own choices; --write stores the band. Takes about a minute on 2 cores.
 """
 
 from __future__ import annotations
