@@ -233,7 +233,7 @@ def test_a_kind_given_twice_is_refused_not_read_as_the_last(tmp_path):
     narrowed = json.dumps(dict(doc["kinds"]["pointwise"], bins=[{"upto_us": None, "log_lo": 0, "log_hi": 0, "n": 1}]))
     p = tmp_path / "model_error.json"
     p.write_text(text.replace('"kinds": {', '"kinds": {"pointwise": ' + narrowed + ",", 1))
-    with pytest.raises(ME.ModelErrorError, match="'pointwise' is given twice"):
+    with pytest.raises(ME.ModelErrorError, match='key "pointwise" appears twice in one object'):
         ME.load(p)
 
 

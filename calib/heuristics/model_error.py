@@ -322,15 +322,15 @@ def _bins(doc, kind, where) -> tuple:
 
 def load(path=FILE) -> ModelError:
     """The band file at ``path``, checked field by field; ModelErrorError naming what is wrong."""
-    from .registry import KINDS, read_text
+    from .registry import KINDS, DuplicateKeyError, read_text, unique_keys
 
     p = Path(path)
     text = read_text(p, "model-error band", ModelErrorError)
     where = f"model-error band {p}"
     try:
-        doc = json.loads(text, object_pairs_hook=_no_duplicates)
-    except _Duplicated as exc:
-        raise ModelErrorError(f"{where}: {exc.key!r} is given twice in one object: which holds is unknown") from None
+        doc = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as exc:
+        raise ModelErrorError(f"{where}: {exc}: which one holds is unknown") from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, an int of > 4300 digits, nesting
         raise ModelErrorError(f"{where} is not JSON ({str(exc)[:120]})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
@@ -370,21 +370,6 @@ def load(path=FILE) -> ModelError:
             if r["candidates"]:
                 _number(r, "log_lo", wr), _number(r, "log_hi", wr)
     return ModelError(device, dict(software), bins, fitted_on, profile)
-
-
-class _Duplicated(ValueError):
-    def __init__(self, key):
-        super().__init__(key)
-        self.key = key
-
-
-def _no_duplicates(pairs: list) -> dict:
-    out = {}
-    for k, v in pairs:
-        if k in out:
-            raise _Duplicated(k)
-        out[k] = v
-    return out
 
 
 @functools.lru_cache(maxsize=None)
