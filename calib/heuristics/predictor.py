@@ -393,8 +393,9 @@ class Prediction:
     parameters: dict = field(default_factory=dict)  # name -> value the model read
     contributions_us: dict = field(default_factory=dict)  # name -> SD of the time from its CI
     without_ci: tuple = ()
-    # where the time itself is expected (the learned predictor's: ci95 plus the kernel's scatter between
-    # sizes and the model's error of shape); None where only the parameters' CIs are known
+    # where the time itself is expected: the learned predictor's (ci95 plus the kernel's scatter between
+    # sizes and the model's error of shape) or a family model's (ci95 widened by the model's error recorded
+    # on the profile's GPU, calib.heuristics.model_error); None where only the parameters' CIs are known
     pi95: tuple | None = None
 
     @property
