@@ -1,5 +1,5 @@
-"""The H100 run of 2026-12-07 (session 21; bench/results/2026-12-07-h100-s21/): every kind on seed
-122 and normalization on seeds 112-119, with the shipped H100 profile (found by the lookup) and the
+"""The H100 runs of 2026-12-07 (session 21; bench/results/2026-12-07-h100-s21/): every kind on seeds
+122 and 123 and normalization on seeds 112-124, with the shipped H100 profile (found by the lookup) and the
 H200's corrections applied across the architecture (compute capability 9.0), as they are since
 2026-12-07. No constant of calib's models was fitted on an H100; these recordings are in no fit.
 
@@ -21,8 +21,9 @@ from calib.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "bench" / "results" / "2026-12-07-h100-s21"
-RUNS = [("heuristics-seed122", k) for k in ("pointwise", "normalization", "matmul_splitk")] + [
-    (f"norm-seed{s}", "normalization") for s in range(112, 120)]
+NORM_SEEDS = range(112, 125)
+RUNS = [(f"heuristics-seed{s}", k) for s in (122, 123) for k in ("pointwise", "normalization", "matmul_splitk")] + [
+    (f"norm-seed{s}", "normalization") for s in NORM_SEEDS]
 
 
 def _profile(borrow: bool = True):
@@ -58,26 +59,29 @@ def test_the_h100_run_replays_as_it_ran(run, kind):
 
 
 def test_on_the_h100_the_h200_corrections_raise_normalizations_geomean_on_every_seed():
-    """Borrowed across the architecture, the corrections raise the geomean on all eight seeds and the
+    """Borrowed across the architecture, the corrections raise the geomean on all thirteen seeds and the
     worst case on most; where they lower the worst case is the folder README's table."""
-    raised_worst = 0
-    for s in range(112, 120):
+    raised_worst = lowered_worst = 0
+    for s in NORM_SEEDS:
         _, with_c = _replay(f"norm-seed{s}", "normalization")
         _, plain = _replay(f"norm-seed{s}", "normalization", borrow=False)
         h, p = with_c["summary"]["heuristic"], plain["summary"]["heuristic"]
         assert h["geomean_efficiency"] > p["geomean_efficiency"], s
         assert h["geomean_efficiency"] >= 0.97 and h["choice_failed"] == 0, s
         raised_worst += h["worst_efficiency"] > p["worst_efficiency"]
-    assert raised_worst >= 5
+        lowered_worst += h["worst_efficiency"] < p["worst_efficiency"]
+    assert raised_worst >= 9 and lowered_worst <= 2
 
 
-def test_the_h100s_normalization_misses_are_narrow_rows_or_the_strategy():
-    """Each problem below 0.85 is a persistent / multi-pass choice: the model ranked the other strategy
-    first (fp16 rows of an odd length, read 2 bytes at a time, on 114 and 118; fp32 on 119)."""
+def test_the_h100s_narrow_fp16_rows_are_where_the_strategy_is_mispredicted():
+    """Four problems of 1300 are below 0.85. Two are fp16 rows of odd length, read 2 bytes at a time,
+    where the persistent kernel that won ran at about three quarters of its prediction and the model
+    ranked multi-pass first."""
     misses = []
-    for s in range(112, 120):
+    for s in NORM_SEEDS:
         _, res = _replay(f"norm-seed{s}", "normalization")
         misses += [r for r in res["rows"] if r.get("heuristic_us") and r["best_us"] / r["heuristic_us"] < 0.85]
-    assert len(misses) == 3
-    for r in misses:
-        assert r["heuristic"]["strategy"] != r["best"]["strategy"], r["descriptor"]
+    assert len(misses) == 4
+    narrow = [r for r in misses if r["descriptor"]["dtype"] == "float16" and r["heuristic"]["vec"] == 1
+              and r["heuristic"]["strategy"] == "multipass" and r["best"]["strategy"] == "persistent"]
+    assert len(narrow) == 2 and all(r["descriptor"]["cols"] % 2 for r in narrow)
