@@ -1,13 +1,15 @@
 """Fit the family models' error band (calib/heuristics/model_error.json) on recorded evaluations.
 
-    python bench/fit_model_error.py [--write] [--kinds pointwise,normalization,matmul_splitk]
+    python bench/fit_model_error.py [--profile profiles/nvidia-h200.json] [--write]
+        [--kinds pointwise,normalization,matmul_splitk]
 
 Takes every recorded evaluation under bench/results of the profile's GPU model that keeps every
 candidate's time, leaves out the recordings a shipped correction was fitted on
 (model_error.training_recordings) and those whose content another one already has, and replays
 each candidate's prediction against its measured time. Prints per kind the bins, the coverage of
 each recording by the band fitted on the others (leave-one-recording-out), and that of the
-heuristics' own choices; --write stores the band. Takes about a minute on 2 cores.
+heuristics' own choices; --write stores the band as that GPU model's (the others' stay). Takes about
+a minute on 2 cores.
 """
 
 from __future__ import annotations
@@ -61,9 +63,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help=f"store the band in {ME.FILE.relative_to(ROOT)}")
     ap.add_argument("--kinds", default="pointwise,normalization,matmul_splitk")
+    ap.add_argument("--profile", default=PROFILE, help="the profile the recordings replay with; its GPU model's "
+                    f"recordings are fitted (default {PROFILE})")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")  # a recording under older software warns once per correction
-    profile = read_profile(ROOT / PROFILE)
+    profile = read_profile(ROOT / args.profile)
     device = profile.device["name"]
     bins, fitted_on = {}, {}
     print("| kind | recordings | candidates | bins (upto us: band) | LORO coverage mean / min | choices |")
@@ -86,11 +90,14 @@ def main(argv=None) -> int:
         software = profile.software or {}
         from calib.heuristics.predictor import KERNEL_SOFTWARE
 
-        doc = ME.to_doc(ME.ModelError(device, {k: software[k] for k in KERNEL_SOFTWARE if k in software}, bins,
-                                      fitted_on, PROFILE))
-        old = json.loads(ME.FILE.read_text()) if ME.FILE.exists() else {}
-        for kind, entry in old.get("kinds", {}).items():  # a kind not refitted keeps its band
-            doc["kinds"].setdefault(kind, entry)
+        bands = list(ME.load(ME.FILE)) if ME.FILE.exists() else []
+        old = next((me for me in bands if me.device == device), None)
+        if old is not None:  # a kind not refitted keeps its band
+            bins = {**{k: b for k, b in old.bins.items() if k not in bins}, **bins}
+            fitted_on = {**{k: f for k, f in old.fitted_on.items() if k not in fitted_on}, **fitted_on}
+        new = ME.ModelError(device, {k: software[k] for k in KERNEL_SOFTWARE if k in software}, bins, fitted_on,
+                            args.profile)
+        doc = ME.to_doc([new if me is old else me for me in bands] + ([new] if old is None else []))
         atomic.replace(ME.FILE, (json.dumps(doc, indent=1) + "\n").encode(), ME.ModelErrorError)
         print(f"wrote {ME.FILE.relative_to(ROOT)}")
     return 0

@@ -11,19 +11,21 @@ predicted time (a launch-bound kernel's error is narrower than a DRAM-bound one'
 97.5th percentiles of each bin are the band; ``pi95`` is the prediction times the band, widened by
 ``ci95`` in quadrature.
 
-The band is the model's error on one GPU model under one software stack, with the profile the
+A band is the model's error on one GPU model under one software stack, with the profile the
 recordings replay with; it applies where the profile is of that GPU model and software (as the
 recorded corrections do, :func:`calib.heuristics.predictor.measured_on`), and not across GPU models
-of an architecture: on an H100, with its own profile, the pointwise model's median error was 11-12%
-against the H200's 2-3%. Elsewhere ``pi95`` is None. It is fitted on the recordings that no
-correction file was fitted on (``bench/fit_model_error.py`` picks them). Some of them did inform
+of an architecture: on an H100 the pointwise model's median error is 9.5-12% against the H200's
+2-3%. The file holds a band per GPU model with recordings (the H200's and the H100's); elsewhere
+``pi95`` is None. It is fitted on the recordings that no correction file was fitted on
+(``bench/fit_model_error.py --profile P`` picks those of P's GPU model). On the H200 some did inform
 the hand-set constants of the models (pointwise's on the ten recordings A-J, normalization's pace
 and stagger on a few more; README), so the band is not wholly out of sample: on pointwise, A-J's
 errors and coverage are those of the other 41 recordings within 0.1% (2026-12-07), and each
 recording left out of the band's own fit is covered at 93-95% (split-K's worst recording 83%).
 
-File: ``model_error.json`` beside this module, format ``calib.heuristics.model_error``, version 1,
-checked field by field on load (a bad file is a ModelErrorError naming the field).
+File: ``model_error.json`` beside this module, format ``calib.heuristics.model_error``, version 2 (a
+band per GPU model; version 1, one GPU's, is read forward), checked field by field on load (a bad
+file is a ModelErrorError naming the field).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pathlib import Path
 
 from ..errors import CalibError
 
-FORMAT, VERSION = "calib.heuristics.model_error", 1
+FORMAT, VERSION = "calib.heuristics.model_error", 2  # 2: a band per GPU model ("devices"); 1 had one
 FILE = Path(__file__).with_name("model_error.json")
 COVERAGE = 0.95
 # a bin of predicted time holds at least this many candidates' errors (its 2.5th percentile is then
@@ -254,10 +256,13 @@ def training_recordings() -> set[str]:
 # the file
 
 
-def to_doc(me: ModelError, *, compute_capability: str | None = None) -> dict:
-    return {"format": FORMAT, "version": VERSION, "device": me.device, "software": dict(me.software),
-            **({"compute_capability": compute_capability} if compute_capability else {}),
-            "profile": me.profile, "coverage": COVERAGE,
+def to_doc(bands) -> dict:
+    """The file's document of ``bands`` (ModelError, one per GPU model)."""
+    return {"format": FORMAT, "version": VERSION, "coverage": COVERAGE, "devices": [_device_doc(me) for me in bands]}
+
+
+def _device_doc(me: ModelError) -> dict:
+    return {"device": me.device, "software": dict(me.software), "profile": me.profile,
             "kinds": {k: {"bins": [{"upto_us": None if math.isinf(b.upto_us) else b.upto_us, "log_lo": b.log_lo,
                                     "log_hi": b.log_hi, "n": b.n} for b in bins],
                           "fitted_on": me.fitted_on.get(k, [])}
@@ -320,9 +325,10 @@ def _bins(doc, kind, where) -> tuple:
     return tuple(out)
 
 
-def load(path=FILE) -> ModelError:
-    """The band file at ``path``, checked field by field; ModelErrorError naming what is wrong."""
-    from .registry import KINDS, DuplicateKeyError, read_text, unique_keys
+def load(path=FILE) -> tuple:
+    """The bands in the file at ``path`` (a ModelError per GPU model), checked field by field;
+    ModelErrorError naming what is wrong. A file of version 1 (one GPU's band) is read forward."""
+    from .registry import DuplicateKeyError, read_text, unique_keys
 
     p = Path(path)
     text = read_text(p, "model-error band", ModelErrorError)
@@ -338,6 +344,23 @@ def load(path=FILE) -> ModelError:
     version = _field(doc, "version", int, where)
     if not 1 <= version <= VERSION:
         raise ModelErrorError(f"{where} has version {version}; this calib reads 1 to {VERSION}")
+    coverage = _number(doc, "coverage", where)
+    if coverage != COVERAGE:
+        raise ModelErrorError(f"{where}: 'coverage' {coverage} is not {COVERAGE}: its band is no 95% interval (pi95)")
+    entries = [doc] if version == 1 else _field(doc, "devices", list, where)
+    bands = [_device(e, where if version == 1 else f"{where}, devices[{i}]") for i, e in enumerate(entries)]
+    names = [me.device for me in bands]
+    twice = [n for n in names if names.count(n) > 1]
+    if twice:
+        raise ModelErrorError(f"{where}: {twice[0]!r} has two bands: which one holds is unknown")
+    return tuple(bands)
+
+
+def _device(doc, where) -> ModelError:
+    from .registry import KINDS
+
+    if not isinstance(doc, dict):
+        raise ModelErrorError(f"{where} must be an object (one GPU model's band), not {_show(doc)}")
     device = _field(doc, "device", str, where)
     if not device.strip():
         raise ModelErrorError(f"{where}: 'device' is empty: which GPU's error this is is unknown")
@@ -345,9 +368,6 @@ def load(path=FILE) -> ModelError:
     for name, v in software.items():
         if not isinstance(v, str):
             raise ModelErrorError(f"{where}, software: {name!r} must be a version string, not {_show(v)}")
-    coverage = _number(doc, "coverage", where)
-    if coverage != COVERAGE:
-        raise ModelErrorError(f"{where}: 'coverage' {coverage} is not {COVERAGE}: its band is no 95% interval (pi95)")
     profile = doc.get("profile", "")
     if not isinstance(profile, str):
         raise ModelErrorError(f"{where}: 'profile' must be a string (the profile replayed with), not {_show(profile)}")
@@ -373,16 +393,22 @@ def load(path=FILE) -> ModelError:
 
 
 @functools.lru_cache(maxsize=None)
-def _shipped(path: str) -> ModelError | None:
-    return load(path) if Path(path).exists() else None
+def _shipped(path: str) -> tuple:
+    return load(path) if Path(path).exists() else ()
 
 
-def shipped() -> ModelError | None:
-    """The band shipped with calib (None where the file is absent)."""
+def shipped() -> tuple:
+    """The bands shipped with calib, one per GPU model (empty where the file is absent)."""
     return _shipped(str(FILE))
 
 
+def for_profile(q, bands=None) -> ModelError | None:
+    """The band of the GPU model of the profile behind ``q`` (shipped ones unless ``bands``), or None."""
+    name = getattr(q, "device_name", None)
+    return next((me for me in (shipped() if bands is None else bands) if me.device == name), None)
+
+
 def pi95(kind: str, q, time_us: float, ci95) -> tuple | None:
-    """The shipped band's interval for ``kind``'s prediction, or None where none holds."""
-    me = shipped()
+    """The shipped band's interval for ``kind``'s prediction on ``q``'s GPU, or None where none holds."""
+    me = for_profile(q)
     return me.pi95(kind, q, time_us, ci95) if me is not None else None
