@@ -87,16 +87,20 @@ def main(argv=None) -> int:
         print(f"| {kind} | {len(paths)} | {len(pairs)} | {shown} | {statistics.mean(loro):.3f} / {min(loro):.3f} "
               f"| {choices} |", flush=True)
     if args.write:
-        software = profile.software or {}
         from calib.heuristics.predictor import KERNEL_SOFTWARE
 
+        software = {k: v for k, v in (profile.software or {}).items() if k in KERNEL_SOFTWARE}
         bands = list(ME.load(ME.FILE)) if ME.FILE.exists() else []
         old = next((me for me in bands if me.device == device), None)
+        kept = sorted(set(old.bins) - set(bins)) if old is not None else []
+        if kept and old.software != software:  # one band, one software: the kept kinds' would be mislabelled
+            print(f"not written: {', '.join(kept)} would keep a band fitted under other software "
+                  f"({old.software}); refit every kind (--kinds) with this profile", file=sys.stderr)
+            return 2
         if old is not None:  # a kind not refitted keeps its band
             bins = {**{k: b for k, b in old.bins.items() if k not in bins}, **bins}
             fitted_on = {**{k: f for k, f in old.fitted_on.items() if k not in fitted_on}, **fitted_on}
-        new = ME.ModelError(device, {k: software[k] for k in KERNEL_SOFTWARE if k in software}, bins, fitted_on,
-                            args.profile)
+        new = ME.ModelError(device, software, bins, fitted_on, args.profile)
         doc = ME.to_doc([new if me is old else me for me in bands] + ([new] if old is None else []))
         atomic.replace(ME.FILE, (json.dumps(doc, indent=1) + "\n").encode(), ME.ModelErrorError)
         print(f"wrote {ME.FILE.relative_to(ROOT)}")

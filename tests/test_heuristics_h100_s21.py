@@ -1,7 +1,8 @@
 """The H100 runs of 2026-12-07 (session 21; bench/results/2026-12-07-h100-s21/): every kind on seeds
 122 and 123 and normalization on seeds 112-124, with the shipped H100 profile (found by the lookup) and the
 H200's corrections applied across the architecture (compute capability 9.0), as they are since
-2026-12-07. No constant of calib's models was fitted on an H100; these recordings are in no fit.
+2026-12-07. No constant of calib's models was fitted on an H100; these recordings are in no model's or
+correction's fit (the H100's model-error band is fitted on them).
 
 Pinned: the CPU replay gives the live choices and summaries exactly (so a later change to a model
 shows what it does on this GPU) and the borrowed corrections' effect against the plain model."""

@@ -16,7 +16,10 @@ recordings replay with; it applies where the profile is of that GPU model and so
 recorded corrections do, :func:`calib.heuristics.predictor.measured_on`), and not across GPU models
 of an architecture: on an H100 the pointwise model's median error is 9.5-12% against the H200's
 2-3%. The file holds a band per GPU model with recordings (the H200's and the H100's); elsewhere
-``pi95`` is None. It is fitted on the recordings that no correction file was fitted on
+``pi95`` is None. A band is the error of the model as the recordings replay with the profile it
+names, corrections included where they applied (the H100's: the H200's, borrowed across compute
+capability 9.0); an H100 profile without its compute capability gets the plain model and still this
+band. It is fitted on the recordings that no correction file was fitted on
 (``bench/fit_model_error.py --profile P`` picks those of P's GPU model). On the H200 some did inform
 the hand-set constants of the models (pointwise's on the ten recordings A-J, normalization's pace
 and stagger on a few more; README), so the band is not wholly out of sample: on pointwise, A-J's
