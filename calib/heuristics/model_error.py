@@ -69,11 +69,13 @@ class Bin:
 
 @dataclass(frozen=True)
 class ModelError:
+    """One GPU model's band: per kind, the bins of predicted time, and what each was fitted on."""
+
     device: str
-    software: dict
+    software: dict  # the kernel software (CUDA runtime, CuPy) the recordings ran under
     bins: dict  # kind -> tuple of Bin, ascending upto_us, the last one's inf
-    fitted_on: dict  # kind -> list of {"recording", "sha256", "candidates"}
-    profile: str = ""
+    fitted_on: dict  # kind -> list of {"recording", "sha256", "candidates", "log_lo", "log_hi"}
+    profile: str = ""  # the profile the recordings were replayed with, from the repository's root
 
     def bin_for(self, kind: str, time_us: float) -> Bin | None:
         for b in self.bins.get(kind, ()):
