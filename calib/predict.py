@@ -29,13 +29,12 @@ def predict(kind: str, descriptor, params: dict, profile=None) -> Prediction:
 
     HeuristicError names what is wrong with a kind, a descriptor or a launch no kernel of the
     family could run (a knob missing, a vector wider than 16 bytes, a block over 1024 threads)."""
-    from .heuristics.families import family, launch
-    from .heuristics.registry import default_profile
-
     from dataclasses import replace
 
     from .heuristics import model_error
+    from .heuristics.families import family, launch
     from .heuristics.predictor import q_of
+    from .heuristics.registry import default_profile
 
     fam = family(kind)
     d = fam.descriptor(descriptor)
