@@ -100,6 +100,9 @@ def table(rows: list[tuple[str, dict]]) -> str:
                                             for _, r in rows]))
     out.append(line("static baseline geomean", [_fmt(_get(r, "summary", "baseline", "geomean_efficiency"))
                                                 for _, r in rows]))
+    pi95 = [_get(r, "prediction", "all", "pi95_contains_measured") for _, r in rows]
+    if any(v is not None for v in pi95):  # recorded since 2026-12-07 where a model-error band holds; no bar
+        out.append(line("pi95 holds the choice", [_pct(v) for v in pi95]))
     return "\n".join(out)
 
 

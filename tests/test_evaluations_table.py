@@ -74,3 +74,12 @@ def test_what_an_evaluation_does_not_record_misses_its_bar_and_prints_as_a_dash(
 def test_a_folder_without_evaluations_is_an_error(tmp_path, capsys):
     assert T.main([str(tmp_path)]) == 1
     assert "no heuristics-matmul_splitk.json" in capsys.readouterr().err
+
+
+def test_where_runs_record_pi95_the_table_says_how_often_it_held_and_no_bar_reads_it():
+    res = json.loads((S12C4 / "splitk-seed56" / "heuristics-matmul_splitk.json").read_text())
+    assert "pi95" not in T.table([("seed56", res)])  # recorded before the band: no such row
+    pred = dict(res["prediction"], all=dict(res["prediction"]["all"], pi95_contains_measured=0.93))
+    rows = [("seed56", dict(res, prediction=pred)), ("seed57", res)]
+    assert "| pi95 holds the choice | 93.0% | - |" in T.table(rows).splitlines()
+    assert T.misses(rows[0][1]) == T.misses(res)
