@@ -14,6 +14,7 @@ fp32 model reads them, and the forests split on them; the older recordings lack 
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import sys
@@ -140,12 +141,16 @@ def _write(path: Path, doc: dict) -> None:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description="Refit split-K's forests from the recordings and write them "
+                                     "(an unknown argument is an error, not a refit).")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a shipped file is not this fit")
+    args = parser.parse_args(argv)
     recorded = loaded_with_answers(fp32_recordings())
     docs = ((SK.FP16_SPLIT1_FILE, SK.load_fp16_split1, document()),
             (SK.FP32_RECORDED_FILE, SK.load_fp32_recorded, fp32_document(recorded)),
             (SK.FP32_SPLITS_FILE, SK.load_fp32_splits, fp32_splits_document(recorded)))
-    if "--check" in argv:
+    if args.check:
         bad = [str(path) for path, load, doc in docs if not path.exists() or load(path) != json.loads(json.dumps(doc))]
         print("the shipped corrections are this fit" if not bad else f"not this fit: {', '.join(bad)}")
         return 0 if not bad else 1

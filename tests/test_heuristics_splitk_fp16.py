@@ -250,3 +250,13 @@ def test_the_live_seeds_that_ran_with_the_single_tree_gain_on_their_fp16_rows(mo
         if statistics.median(now) > 0.05:
             over.append(seed)
     assert len(fell) == 10 and over == ["35"], (fell, over)
+
+
+@pytest.mark.parametrize("argv, code", [(["--help"], 0), (["--chek"], 2)])
+def test_fit_script_refits_only_when_asked(argv, code, monkeypatch):
+    """--help or a misspelt flag must not refit (and rewrite) the shipped forests: argparse exits
+    before any recording is read."""
+    monkeypatch.setattr(fit_splitk_forests, "fp32_recordings", lambda: pytest.fail("read recordings"))
+    with pytest.raises(SystemExit) as exc:
+        fit_splitk_forests.main(argv)
+    assert exc.value.code == code
