@@ -4,6 +4,8 @@ evaluation read). A recording replays with its own profile: its predictions were
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from pathlib import Path
 
 R = Path(__file__).resolve().parents[1] / "bench" / "results"
@@ -97,3 +99,33 @@ def assert_meets_every_bar(res: dict) -> None:
     assert h["geomean_efficiency"] >= 0.97 and h["worst_efficiency"] >= 0.85, h
     assert h["geomean_efficiency"] > b["geomean_efficiency"]
     assert res["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
+
+
+# normalization's model and corrections as every recording up to 2026-12-07 ran them: the fp16 scalar-load
+# (2-byte access) persistent kernels priced as the mean over the rule's register count +- REGS_SPREAD, not
+# at the driver's count (normalization.narrow_access), and the corrections fitted with that model (the
+# values normalization_corrections.json held then). A replay that must give a live run's numbers back
+# runs inside this.
+NARROW_SPREAD_FACTORS = {("persistent", "float16", 1, 16, None): 0.0617, ("persistent", "float16", 1, 32, None): 0.2221}
+NARROW_SPREAD_BIASES = {"persistent_bias": 0.1079, "float16": 0.1052, "pair_bias": 0.1157}
+
+
+@contextlib.contextmanager
+def narrow_kernels_as_they_ran(pooled_bias: bool = False):
+    """The model and corrections of before the narrow kernels were timed at their compiled register count;
+    ``pooled_bias``: also one few-rows bias for every dtype (the pooled one), as before version 6 of the file."""
+    from calib.heuristics import normalization as N
+    from calib.heuristics.normalization import model as N_model
+
+    c = N.corrections()
+    by_dtype = None if pooled_bias else {**c.persistent_bias_by_dtype, "float16": NARROW_SPREAD_BIASES["float16"]}
+    old = dataclasses.replace(c, log_factors={**c.log_factors, **NARROW_SPREAD_FACTORS},
+                              persistent_bias=NARROW_SPREAD_BIASES["persistent_bias"],
+                              pair_bias=NARROW_SPREAD_BIASES["pair_bias"], persistent_bias_by_dtype=by_dtype)
+    saved = N_model.NARROW_ACCESS_BYTES
+    N_model.NARROW_ACCESS_BYTES = 0  # no kernel is narrow: every persistent one takes the spread
+    try:
+        with N.use_corrections(old):
+            yield old
+    finally:
+        N_model.NARROW_ACCESS_BYTES = saved

@@ -230,6 +230,27 @@ def _model(d: NormDescriptor, k, q, extra_regs: float, hidden: bool) -> float:
     return t
 
 
+# Narrow accesses: fp16 rows of odd length read one half (2 bytes) per load, so their only kernels are
+# the scalar ones (persistent_norm<__half, BUF, 1, OP>, multipass_norm<__half, 1, OP>). Their persistent
+# buffer of 16 sits on the 64-register allocation edge: the rule says 62.5-62.7 registers, the driver
+# counted 63 (softmax) and 64 (layer norm), so the mean over the count +- REGS_SPREAD gave a third of its
+# weight to 72 registers: one 512-thread block per SM (or three 256-thread ones) where two (four)
+# launch. The 512-thread v1 x 16 block, which wins most narrow rows of 4-8k halves, was so priced
+# 1.15-1.3x slow: on the H100 (session 21) it ran 0.74-0.76 of its corrected prediction and the model
+# chose multi-pass on seeds 114 (softmax 21797 x 6787: 307 us measured, 392 plain, 417 corrected; 330 plain
+# at 63 registers) and 118 (3968 x 6861), on the H200 on I (layer norm 10465 x 7513) and seed 107
+# (softmax 2598 x 5127). Where the compiled count is known (compiled_registers) the narrow kernels are
+# timed at it. The other kernels keep the spread: with every persistent kernel timed at its count V falls
+# to 0.827 and K to 0.878 (the occupancy.py comment; replayed again 2026-12-07: V 0.905 -> 0.827, K 0.949 ->
+# 0.878), while the narrow kernels alone move only narrow rows' choices (the recordings' numbers are in the README).
+NARROW_ACCESS_BYTES = 2
+
+
+def narrow_access(d: NormDescriptor, k) -> bool:
+    """Whether ``k`` reads its rows NARROW_ACCESS_BYTES or fewer at a time (fp16 at one element a load)."""
+    return int(k["vec"]) * d.itemsize_bytes <= NARROW_ACCESS_BYTES
+
+
 def plain_model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
     """The physical model alone (:func:`model_us` without the recordings' corrections). A block per
     row, ``R`` resident per SM (registers, threads, 32 at most). A block lives a load latency (DRAM
@@ -239,7 +260,8 @@ def plain_model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
     L2 does not hold and L2 for every byte at once, the multi-pass second read from L2 while the rows
     in flight fit there. A persistent candidate's time is the mean over its register count +-
     REGS_SPREAD, and infinite (not launchable) if it would not launch at + REGS_SPREAD, or where the
-    compiler's count is known (:func:`compiled_registers`) at that count. ``hidden``:
+    compiler's count is known (:func:`compiled_registers`) at that count; a kernel of 2-byte
+    accesses (:func:`narrow_access`) whose count is known is timed at that count alone. ``hidden``:
     the simulated device's truth (2 more registers than the rule, a tenth
     less L2 for the second read, a block scheduling cost per row)."""
     if hidden:
@@ -254,5 +276,7 @@ def plain_model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
         return sum(ts) / 3 if math.isfinite(ts[0]) else math.inf
     if blocks_per_sm(int(k["threads"]), compiled) == 0:
         return math.inf
+    if narrow_access(d, k):
+        return _model(d, k, q, compiled - registers(d, k, q)[0], False)
     ts = [t for t in ts if math.isfinite(t)]  # a count the compiled kernel's launch rules out
     return sum(ts) / len(ts) if ts else _model(d, k, q, compiled - registers(d, k, q)[0], False)
