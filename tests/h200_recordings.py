@@ -101,7 +101,8 @@ def assert_meets_every_bar(res: dict) -> None:
     assert res["prediction"]["memory_bound"]["median_abs_rel_error"] <= 0.05
 
 
-# normalization's model and corrections as every recording up to 2026-12-07 ran them: the fp16 scalar-load
+# normalization's model and corrections as they were just before 52bab02 (the H200 s19 and H100 s21 runs of
+# 2026-12-07 ran them; older recordings ran older models): the fp16 scalar-load
 # (2-byte access) persistent kernels priced as the mean over the rule's register count +- REGS_SPREAD, not
 # at the driver's count (normalization.narrow_access), and the corrections fitted with that model (the
 # values normalization_corrections.json held then). A replay that must give a live run's numbers back

@@ -90,7 +90,7 @@ def test_the_h100s_narrow_fp16_rows_were_where_the_strategy_was_mispredicted_and
     the rule's 62.5 +- REGS_SPREAD registers, a third of it at one block per SM; timed at the driver's 63
     (two blocks per SM, normalization.narrow_access) it is ranked first and chosen: 114 0.799 -> 0.906
     (its worst case is now another problem), 118 0.754 -> 0.925. Only narrow rows change choices, and no
-    seed's worst case or geomean falls by more than 0.001."""
+    seed's worst case or geomean falls (the geomean rises on 113, 114, 116, 118 and 122)."""
     misses = []
     for s in NORM_SEEDS:
         _, was = _replay(f"norm-seed{s}", "normalization", as_ran=True)
@@ -101,7 +101,7 @@ def test_the_h100s_narrow_fp16_rows_were_where_the_strategy_was_mispredicted_and
                 assert r["descriptor"]["dtype"] == "float16" and r["descriptor"]["cols"] % 2, r["descriptor"]
         h, hw = now["summary"]["heuristic"], was["summary"]["heuristic"]
         assert h["worst_efficiency"] >= hw["worst_efficiency"] - 1e-9
-        assert h["geomean_efficiency"] >= hw["geomean_efficiency"] - 1e-3
+        assert h["geomean_efficiency"] >= hw["geomean_efficiency"] - 1e-9
         for r in now["rows"]:
             if any(r["descriptor"] == m["descriptor"] for m in misses if m["heuristic"]["vec"] == 1):
                 assert r["heuristic"] == r["best"] and r["heuristic"]["strategy"] == "persistent", r

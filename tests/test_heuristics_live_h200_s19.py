@@ -259,9 +259,10 @@ BY_DTYPE_CHANGED = {
 @pytest.mark.parametrize("sub", [f"heuristics-seed{s}" for s in (100, 101, 102)]
                          + [f"norm-seed{s}" for s in range(103, 112)])
 def test_each_dtype_s_few_rows_bias_moves_only_fp32_rows_of_under_two_per_sm_to_the_best(sub):
-    """Replayed with the shipped corrections (each dtype's own few-rows bias) against the pooled bias
-    these runs ran with: on 101, 103 and 109 one fp32 choice each moves from persistent to multi-pass,
-    the measured best; nothing else moves on any of the twelve, and no summary falls."""
+    """Replayed with the shipped corrections (each dtype's own few-rows bias) against today's model with
+    the pooled bias (pooled_bias(); these runs also had the narrow kernels' spread, ran_with()): on 101,
+    103 and 109 one fp32 choice each moves from persistent to multi-pass, the measured best; nothing else
+    moves on any of the twelve, and no summary falls."""
     path = (FOLDER if sub.startswith("heuristics") else NORM_FOLDER) / sub / "heuristics-normalization.json.gz"
     prof = load_profile(PROFILE, device=None, software=None)
     with pooled_bias():

@@ -255,13 +255,13 @@ def test_the_correction_moves_i_s_scalar_load_layer_norm():
 def test_left_out_seed_6_holds_its_numbers():
     """One fold of the leave-one-seed-out validation: corrections and both biases fitted without
     seed 6, judged on I: the pair bias (fitted on the other nine seeds' 9 problems of its group) takes
-    I's worst from 0.825 to 0.840 (0.918 with its host's measured 47.1 MB as the streamed-L2 scale:
-    multi-pass at 256 threads, 14.4 us, instead of 512, 17.1), which it does not reach without it."""
+    I's worst from 0.825 to 0.919 (0.884 before the narrow kernels were timed at their compiled count,
+    normalization.narrow_access), which it does not reach without it."""
     c = N.fit_all(N.recorded_samples(_pairs(n for n in RECORDINGS if SEEDS[n] != 6)))
     assert c.pair_bias > 0.1
     with N.use_corrections(c):
         h = _replay("I")["summary"]["heuristic"]
-    assert h["geomean_efficiency"] >= 0.985 and h["worst_efficiency"] >= 0.84, h
+    assert h["geomean_efficiency"] >= 0.985 and h["worst_efficiency"] >= 0.91, h
     with N.use_corrections(dataclasses.replace(c, pair_bias=0.0)):
         assert _replay("I")["summary"]["heuristic"]["worst_efficiency"] < 0.85
 

@@ -236,13 +236,16 @@ def _model(d: NormDescriptor, k, q, extra_regs: float, hidden: bool) -> float:
 # counted 63 (softmax) and 64 (layer norm), so the mean over the count +- REGS_SPREAD gave a third of its
 # weight to 72 registers: one 512-thread block per SM (or three 256-thread ones) where two (four)
 # launch. The 512-thread v1 x 16 block, which wins most narrow rows of 4-8k halves, was so priced
-# 1.15-1.3x slow: on the H100 (session 21) it ran 0.74-0.76 of its corrected prediction and the model
-# chose multi-pass on seeds 114 (softmax 21797 x 6787: 307 us measured, 392 plain, 417 corrected; 330 plain
-# at 63 registers) and 118 (3968 x 6861), on the H200 on I (layer norm 10465 x 7513) and seed 107
-# (softmax 2598 x 5127). Where the compiled count is known (compiled_registers) the narrow kernels are
-# timed at it. The other kernels keep the spread: with every persistent kernel timed at its count V falls
-# to 0.827 and K to 0.878 (the occupancy.py comment; replayed again 2026-12-07: V 0.905 -> 0.827, K 0.949 ->
-# 0.878), while the narrow kernels alone move only narrow rows' choices (the recordings' numbers are in the README).
+# 1.18-1.20x slow (plain model, rows cycling; 1.08 at fewest): on the H100 (session 21) it ran 0.74-0.76
+# of its corrected prediction and the model chose multi-pass on seeds 114 (softmax 21797 x 6787: 307 us
+# measured, 392 plain, 417 corrected; 330 plain at 63 registers) and 118 (3968 x 6861), on the H200 on
+# I (layer norm 10465 x 7513) and seed 107 (softmax 2598 x 5127). Where the compiled count is known
+# (compiled_registers) the narrow kernels are timed at it (which also prices the narrow kernels the
+# spread put under their count slower: v1 x 8 softmax, 42 registers, 1.07-1.11x at 512 threads; v1 x 32,
+# 147-148, 1.06-1.14x at 256). The other kernels keep the spread: with every persistent kernel timed at
+# its count V falls to 0.827 and K to 0.878 (the occupancy.py comment; replayed again 2026-12-07: V
+# 0.905 -> 0.827, K 0.949 -> 0.878), while the narrow kernels alone move only narrow rows' choices (the
+# recordings' numbers are in the README).
 NARROW_ACCESS_BYTES = 2
 
 
