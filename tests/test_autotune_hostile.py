@@ -159,7 +159,7 @@ def test_an_export_that_fails_half_way_leaves_the_old_file_whole(url, tmp_path, 
 
 @pytest.mark.parametrize("edit, why", [
     (lambda o: o["timings"][0].update(time_us=10**400), "too large for a float"),
-    (lambda o: o["timings"][0].update(n_samples=1e400), "not a count"),
+    (lambda o: o["timings"][0].update(n_samples=1e400), "Infinity is not a number"),  # json.dumps writes Infinity
     (lambda o: o["timings"][0].update(n_samples=10**30), "not a count"),
     (lambda o: o["timings"][0].update(reason={"a": [1]}), "reason is dict"),
     (lambda o: o["timings"][0].update(samples_us=["x"]), "a sample is 'x'"),
@@ -183,6 +183,25 @@ def test_a_hostile_number_in_an_import_file_skips_its_line_and_imports_the_rest(
     rep = jsonl.import_file(fresh, f)
     assert rep.read.corrupt == 1 and rep.new == 2, rep
     assert rep.read.problems[0][0] == 2 and why in rep.read.problems[0][1]
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
+@pytest.mark.parametrize("field", ["device", "software", "protocol", "provenance"])
+def test_nan_or_infinity_in_an_import_line_skips_it_and_every_later_export_still_works(literal, field, url,
+                                                                                     tmp_path):
+    """json.loads reads NaN, Infinity and 1e400; stored in an entry's fingerprint or provenance they
+    made every later export (strict JSON) end in a ValueError traceback."""
+    lines = _exported(url, tmp_path).read_text().splitlines()
+    obj = json.loads(lines[1])
+    obj[field]["hostile"] = "HOSTILE"
+    lines[1] = json.dumps(obj).replace('"HOSTILE"', literal)
+    f = tmp_path / "h.jsonl"
+    f.write_text("\n".join(lines) + "\n")
+    fresh = AutotuneDB(sqlite_url(tmp_path / "fresh.sqlite"))
+    rep = jsonl.import_file(fresh, f)
+    assert rep.read.corrupt == 1 and rep.new == 2 and rep.read.problems[0][0] == 2, rep
+    assert "not JSON" in rep.read.problems[0][1]
+    assert jsonl.export(fresh, tmp_path / "again.jsonl") == 2
 
 
 def test_a_line_nested_deeper_than_the_parser_goes_is_a_corrupt_line(url, tmp_path):

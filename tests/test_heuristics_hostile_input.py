@@ -178,6 +178,61 @@ def test_an_override_for_a_descriptor_is_checked_as_a_launch_of_that_problem(kin
     assert H.override_for(kind, d) is None
 
 
+@pytest.mark.parametrize("params, why", [
+    ({"strategy": "persistent", "threads": 1024, "vec": 4, "buffer": 1}, "buffer 1 is not compiled"),
+    ({"strategy": "persistent", "threads": 1024, "vec": 4, "buffer": 0}, "buffer 0 is not compiled"),
+    ({"strategy": "persistent", "threads": 1024, "vec": 4, "buffer": 6}, "buffer 6 is not compiled"),
+    ({"strategy": "persistent", "threads": 1024, "vec": 4, "buffer": 32}, "holds 32768 of the row's 100000 columns"),
+    ({"strategy": "multipass", "threads": 256, "vec": 4, "buffer": 0}, None),
+    ({"strategy": "multipass", "threads": 256, "vec": 2, "buffer": 0}, None),
+])
+def test_a_persistent_buffer_that_cannot_hold_the_row_is_no_launch_to_predict_or_override(params, why, tmp_path):
+    """The persistent kernel reads ``buffer`` elements per thread and is compiled for BUFFERS alone: a
+    buffer of 1 for a 100000-column row was predicted at 796 us and loaded as an override, a launch that
+    leaves most of the row unread. A vector that does not divide the row leaves its tail out the same way."""
+    from calib import predict
+
+    d = {"op": "softmax", "rows": 4096, "cols": 100000, "dtype": "float32"}
+    odd = dict(d, cols=100002)  # vec 4 does not divide it
+    if why is None:
+        assert predict.predict("normalization", d, params).time_us > 0
+        if params["vec"] == 4:
+            with pytest.raises(H.HeuristicError, match="vec 4 does not divide the row's 100002 columns"):
+                predict.predict("normalization", odd, params)
+        return
+    with pytest.raises(H.HeuristicError, match=why):
+        predict.predict("normalization", d, params)
+    f = tmp_path / "o.jsonl"
+    f.write_text(json.dumps({"descriptor": d, "params": params}) + "\n")
+    with pytest.raises(H.OverrideFileError, match=f"o.jsonl:1: .*{why}"):
+        H.load_overrides(f)
+    assert H.override_for("normalization", d) is None
+
+
+def test_every_candidate_and_the_baselines_choice_is_a_launch_of_its_normalization_problem():
+    from calib.heuristics import baselines
+    from calib.heuristics import normalization as N
+
+    for d in N.generate(500, 0):
+        for k in [*N.space(d), baselines.normalization(d)]:
+            assert N.launch_problem(d, k) is None, (d, k)
+
+
+def test_a_line_separator_inside_a_json_string_does_not_split_its_line(tmp_path):
+    """str.splitlines cut a line at U+2028 (which JSON allows raw in a string) and numbered the halves
+    as lines 1 and 2, neither JSON: a good override file was refused."""
+    line = {"descriptor": {"op": "add", "n": 1000}, "params": {"vec": 4, "ept": 1, "block": 256, "grid": "cover",
+                                                                 "note": "from\u2028bench\x85\x0c"}}
+    f = tmp_path / "o.jsonl"
+    f.write_text(json.dumps(line, ensure_ascii=False) + "\r\n# a comment\r\n", encoding="utf-8")
+    assert H.load_overrides(f) == 1
+    assert H.override_for("pointwise", {"op": "add", "n": 1000})["note"] == "from\u2028bench\x85\x0c"
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"op": "add", "n": 1000}\r{"op": "mul", "n": 1000}\u2028\n{"op": "exp", "n": 10}\n')
+    problems, bad = E.read_problems("pointwise", p)
+    assert len(problems) == 3 and bad == []
+
+
 def test_a_key_written_twice_in_one_object_is_named_not_the_last_one_taken(tmp_path, sim_prof):
     """json.loads keeps the last of two equal keys: {"n": 1, "n": 2} was the problem n = 2, and
     {"vec": 4, "vec": 8} an override of vec 8, in silence."""

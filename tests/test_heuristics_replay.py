@@ -105,9 +105,35 @@ def test_recorded_times_that_are_not_positive_finite_numbers_are_refused(recorde
     first = next(iter(bad["rows"][0]["times_us"]))
     bad["rows"][0]["times_us"][first] = value
     p = tmp_path / "bad-time.json"
-    p.write_text(json.dumps(bad))  # inf is written as Infinity, which json reads back
-    with pytest.raises(R.ReplayError, match="not positive numbers"):
+    p.write_text(json.dumps(bad))  # inf is written as Infinity, which no evaluation writes: refused as JSON
+    with pytest.raises(R.ReplayError, match="not positive numbers|Infinity is not a number JSON allows"):
         R.load(p, "pointwise")
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda r: r["rows"][0]["times_us"].update({next(iter(r["rows"][0]["times_us"])): 10**400}),
+     "not positive numbers"),
+    (lambda r: r["rows"][0].update(library_us=10**400), None),
+    (lambda r: r["rows"][0].update(library_us="INF"), "Infinity is not a number"),
+    (lambda r: r["device"].update(l2_bytes="NAN"), "NaN is not a number"),
+    (lambda r: r["device"].update(l2_bytes="BIG"), "beyond a float's range"),
+])
+def test_a_recorded_number_of_400_digits_nan_or_infinity_is_one_line_or_a_failed_row_never_a_traceback(
+        recorded, tmp_path, capsys, edit, words):
+    """An integer float() cannot take ended the replay in an OverflowError; NaN, Infinity or 1e400 in a
+    row or the device fingerprint ended it, after every problem, in the strict JSON of its result."""
+    res, _ = recorded
+    bad = json.loads(json.dumps(res))
+    edit(bad)
+    p = tmp_path / "hostile.json"
+    p.write_text(json.dumps(bad).replace('"INF"', "Infinity").replace('"NAN"', "NaN").replace('"BIG"', "1e400"))
+    code = main(["heuristics", "evaluate", "--kind", "pointwise", "--backend", f"replay:{p}", "--json"])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    if words is None:  # the row without a library time fails alone; the others evaluate
+        assert code == 0 and json.loads(out)["failed"] == 1
+    else:
+        assert code == 2 and words in err
 
 
 def test_a_replay_refuses_a_database(recorded, capsys):

@@ -104,6 +104,28 @@ def test_a_version_1_file_reads_as_a_forest_of_its_one_tree(tmp_path):
     assert got["software"] is None  # version 1 did not record it: applied under any software, as then
 
 
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"format": ' + "1" * 5000 + "}", "not JSON"),  # more digits than Python converts: a ValueError
+    ("SHIPPED_WITH", "version"),
+    ("SHIPPED_WITH", "log_ratio"),
+    ("SHIPPED_WITH", "threshold"),
+])
+def test_a_number_python_cannot_take_or_an_unhashable_version_is_named_not_a_traceback(tmp_path, text, message):
+    """A 5000-digit integer, a version of [] (unhashable: looked up among the older versions) and a leaf
+    or threshold of 400 digits (math.isfinite overflows) had each escaped as ValueError, TypeError or
+    OverflowError."""
+    if text == "SHIPPED_WITH":
+        doc = SK._read_split1(SK.FP16_SPLIT1_FILE, "fp16 forest")
+        edit = {"version": {"version": []}, "log_ratio": {"trees": [{"log_ratio": 10**400}]},
+                "threshold": {"trees": [{"feature": "log2_m", "threshold": 10**400, "le": {"log_ratio": 0},
+                                         "gt": {"log_ratio": 0}}]}}[message]
+        text = json.dumps(dict(doc, **edit))
+    p = tmp_path / "c.json"
+    p.write_text(text)
+    with pytest.raises(SK.HeuristicError, match=message):
+        SK.load_fp16_split1(p)
+
+
 def test_a_damaged_correction_file_is_named_in_the_error(tmp_path):
     p = tmp_path / "c.json"
     p.write_text('{"format": ')

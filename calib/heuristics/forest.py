@@ -36,16 +36,27 @@ def check_node(node, features, where: str, error=ValueError, depth: int = 0) -> 
         raise error(f"{where}: a tree node must be an object (at most {MAX_DEPTH} deep), not {node!r}"[:300])
     if set(node) == {"log_ratio"}:
         v = node["log_ratio"]
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or abs(v) > 3:
+        if not _finite_number(v) or abs(v) > 3:
             raise error(f"{where}: log_ratio must be a finite number within +-3, not {v!r}")
         return
     if set(node) != {"feature", "threshold", "le", "gt"} or node["feature"] not in features:
         raise error(f"{where}: a split node has feature (one of {tuple(features)}), threshold, le, gt: {node!r}"[:300])
     t = node["threshold"]
-    if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t):
+    if not _finite_number(t):
         raise error(f"{where}: threshold must be a finite number, not {t!r}")
     check_node(node["le"], features, where, error, depth + 1)
     check_node(node["gt"], features, where, error, depth + 1)
+
+
+def _finite_number(v) -> bool:
+    """A finite int or float (not a bool); an integer of 400 digits is none: math.isfinite raised
+    OverflowError on it, out of the file's check."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def fit_forest(xs: list, ys: list, features, n_trees: int, depth: int, min_leaf: int, seed: int = 0) -> list:

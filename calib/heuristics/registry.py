@@ -45,6 +45,7 @@ from ..errors import CalibError
 
 KINDS = ("pointwise", "normalization", "matmul_splitk")
 _HEX64 = re.compile("[0-9a-f]{64}")
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 class HeuristicError(CalibError, ValueError):
@@ -381,8 +382,10 @@ def unique_keys(pairs) -> dict:
 def json_lines(text: str, label, problems: list):
     """(line number, parsed value) for each line of JSON-lines ``text``; blank lines and lines
     starting with ``#`` are skipped, and a line that is not JSON is added to ``problems`` as
-    ``label:N: ...``, so that every bad line of a file is reported at once, not the first alone."""
-    for n, line in enumerate(text.splitlines(), 1):
+    ``label:N: ...``, so that every bad line of a file is reported at once, not the first alone.
+    Lines end at \\n, \\r\\n or \\r only: str.splitlines also splits at U+2028, U+0085 and form feeds,
+    which JSON allows raw inside a string, so a good line was cut in two and numbered as an editor does not."""
+    for n, line in enumerate(_LINE_END.split(text), 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue

@@ -37,16 +37,16 @@ def load(path, kind: str) -> dict:
     p = Path(path)
     text = read_text(p, "recorded evaluation", ReplayError)
     try:
-        rec = json.loads(text)
+        rec = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise ReplayError(f"recorded evaluation {p} is not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise ReplayError(f"recorded evaluation {p} nests deeper than any evaluation does") from None
-    except ValueError as exc:  # a number of more digits than Python converts
+    except ValueError as exc:  # a number of more digits than Python converts, NaN, Infinity, 1e400
         raise ReplayError(f"recorded evaluation {p} cannot be read as JSON ({str(exc)[:120]})") from None
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:
         raise ReplayError(f"{p} is not a calib heuristics evaluation (format {FORMAT!r})")
-    if not isinstance(rec.get("version"), int) or rec["version"] > VERSION:
+    if isinstance(rec.get("version"), bool) or not isinstance(rec.get("version"), int) or rec["version"] > VERSION:
         raise ReplayError(f"{p} has version {rec.get('version')!r}; this calib reads up to {VERSION}")
     if rec.get("kind") != kind:
         raise ReplayError(f"{p} records {rec.get('kind')!r} problems, not {kind!r}")
@@ -67,12 +67,36 @@ def load(path, kind: str) -> dict:
         raise ReplayError(f"{p} holds no row with every candidate's time (times_us): it was written before "
                           "calib recorded them; evaluate on the GPU again")
     for r in usable:
-        bad = [c for c, t in r["times_us"].items()
-               if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0]
+        bad = [c for c, t in r["times_us"].items() if _time_us(t) is None]
         if bad:
             raise ReplayError(f"{p}: problem {r['descriptor']} has times that are not positive numbers for {bad[:3]}")
     rec["rows"] = usable
     return rec
+
+
+def _no_constant(token: str):
+    raise ValueError(f"{token} is not a number JSON allows (an evaluation writes none)")
+
+
+def _finite_float(text: str) -> float:
+    """A JSON number as a float; one past a float's range (1e400) is refused, not read as infinity:
+    a recorded Infinity or NaN ended the replay, after every problem, in the strict JSON of its result."""
+    v = float(text)
+    if not math.isfinite(v):
+        raise ValueError(f"the number {text[:40]} is beyond a float's range")
+    return v
+
+
+def _time_us(t) -> float | None:
+    """A recorded time as a float, or None where it is no positive finite number: an integer of 400
+    digits, which float() cannot take, had ended the replay in an OverflowError."""
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        return None
+    try:
+        t = float(t)
+    except OverflowError:
+        return None
+    return t if math.isfinite(t) and t > 0 else None
 
 
 def _check_sm_count(p: Path, sm_count):
@@ -110,10 +134,10 @@ class ReplayCase:
         return _measurement(self._time(k), self.simulated)
 
     def library(self):
-        t = self.row.get("library_us")
-        if not isinstance(t, (int, float)) or not t > 0:
+        t = _time_us(self.row.get("library_us"))
+        if t is None:
             raise ReplayError(f"problem {self.row['descriptor']} has no recorded library time")
-        return _measurement(float(t), self.simulated)
+        return _measurement(t, self.simulated)
 
     def free(self):
         pass

@@ -25,7 +25,31 @@ KNOB_VALUES = {"strategy": ("persistent", "multipass"), "threads": COUNT, "vec":
 def launch_problem(d, k) -> str | None:
     """Why launch ``k`` cannot run on ``d`` (families.launch), None if it can. A persistent row that
     does not fit its registers is the model's to price (infinite), not refused here."""
-    return vector_problem(d, k["vec"]) or block_problem(k["threads"], "threads")
+    return (vector_problem(d, k["vec"]) or block_problem(k["threads"], "threads") or _row_problem(d, k)
+            or (_buffer_problem(d, k) if k["strategy"] == "persistent" else None))
+
+
+def _row_problem(d, k) -> str | None:
+    """The kernels load a row as ``cols / vec`` whole vectors: a vector that does not divide the row
+    leaves its last elements out of every sum."""
+    if d.cols % k["vec"]:
+        return f"vec {k['vec']} does not divide the row's {d.cols} columns"
+    return None
+
+
+def _buffer_problem(d, k) -> str | None:
+    """The persistent kernel is compiled for the buffers of :data:`BUFFERS` that are whole vectors, and
+    reads ``buffer`` elements per thread: a smaller one leaves the rest of the row unread (a buffer of 1
+    for a 100000-column row had been predicted at 796 us, as if it ran)."""
+    buf, vec, threads = k["buffer"], k["vec"], k["threads"]
+    if buf not in BUFFERS or buf % vec:
+        return (f"buffer {buf} is not compiled; the persistent kernel takes "
+                f"{', '.join(str(b) for b in BUFFERS if b % vec == 0)} elements per thread at vec {vec}")
+    if buf * threads < d.cols:
+        return f"buffer {buf} x threads {threads} holds {buf * threads} of the row's {d.cols} columns"
+    return None
+
+
 WIDTHS = (4, 8, 16)
 UNROLL = 4  # vectors per thread the multi-pass loops unroll (the source's #pragma unroll)
 EPS = 1e-5

@@ -77,7 +77,8 @@ def load_forest(path, fmt: str, version: int, one_tree_version: int | None = Non
         doc = dict({k: v for k, v in doc.items() if k != "tree"}, version=version, trees=[doc["tree"]],
                    bootstrap_seed=None)
     else:
-        if older and isinstance(raw, dict) and raw.get("format") == fmt and raw.get("version") in older:
+        found = raw.get("version") if isinstance(raw, dict) else None
+        if older and isinstance(found, int) and found in older and raw.get("format") == fmt:  # [] is unhashable
             features = older[raw["version"]]
             doc = dict(_check_split1(raw, where, fmt, raw["version"], features), version=version)
         else:

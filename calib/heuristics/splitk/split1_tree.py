@@ -73,8 +73,8 @@ def _read_split1(path, where: str):
 
     try:
         return json.loads(read_text(Path(path), "split-K split-1 correction", HeuristicError))
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise HeuristicError(f"{where} is not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, or an integer of over 4300 digits
+        raise HeuristicError(f"{where} is not JSON ({str(exc)[:120]})") from None
 
 
 def _check_split1(doc, where: str, fmt: str, version: int, features=SPLIT1_FEATURES) -> dict:
