@@ -83,7 +83,7 @@ def test_on_the_h100_every_heuristic_beats_its_baseline_and_reaches_the_geomean_
 # (geomean, worst) of the heuristic's choices, replayed with the H200's corrections applied to the
 # H100 (its architecture's): normalization's worst case on seed 64 rose from 0.686 and split-K's from
 # 0.827; pointwise has no corrections and is as it ran. Seed 65's normalization geomean was 0.9912 before the
-# fp16 scalar-load kernels were timed at their compiled register count (normalization.narrow_access): its
+# fp16 scalar-load kernels were timed at their compiled register count (normalization.scalar_access): its
 # fp16 layer norm 19997 x 875 now takes v1 x 8 at 128 threads (0.968 of the best) for v1 x 16 at 64 (the best).
 WITH_CORRECTIONS = {(64, "normalization"): (0.9908, 0.9381), (65, "normalization"): (0.9909, 0.8722),
                     (64, "matmul_splitk"): (0.9995, 0.9497), (65, "matmul_splitk"): (1.0, 1.0)}

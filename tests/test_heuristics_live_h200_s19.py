@@ -69,7 +69,7 @@ def _replayed(sub: str, kind: str):
 def ran_with():
     """normalization's model and corrections as these runs had them: one few-rows bias for every dtype (the
     pooled one; each dtype's own since version 6 of the file, after them), and the fp16 scalar-load kernels
-    priced over the register spread (timed at the driver's count since, normalization.narrow_access)."""
+    priced over the register spread (timed at the driver's count since, normalization.scalar_access)."""
     return narrow_kernels_as_they_ran(pooled_bias=True)
 
 

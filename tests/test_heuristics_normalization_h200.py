@@ -176,12 +176,14 @@ def test_the_large_corrections_are_scalar_load_persistent_kernels_and_long_multi
     """The systematic error left after the physics is per compiled kernel: every class the recordings
     correct by more than 0.15 in log is a persistent kernel of one element per load and a buffer of 32
     or more, or a multi-pass kernel of 2-4-byte vectors whose loop runs 33 or more vectors per thread
-    and pass; none by 0.4 or more once the spilled bytes are the compiler's."""
+    and pass; none by 0.4 or more once the spilled bytes are the compiler's. The spill-free v1 x 32 and x 64
+    are corrected up by 0.08 or more (fp32's v1 x 32 0.111 -> 0.082 once every scalar-load kernel was timed at
+    its compiled count, 139-147 registers, not the rule's 131.5 +- REGS_SPREAD: normalization.scalar_access)."""
     c = N.corrections()
     big = {k: f for k, f in c.log_factors.items() if abs(f) > 0.15}
     assert big and all((s == "persistent" and v == 1 and b >= 32)
                        or (s == "multipass" and loop is not None and loop >= 6) for s, _, v, b, loop in big)
-    assert all(f > 0.1 for (s, _, v, b, _), f in c.log_factors.items()
+    assert all(f > 0.08 for (s, _, v, b, _), f in c.log_factors.items()
                if s == "persistent" and v == 1 and b in (32, 64))
     assert max(abs(f) for f in c.log_factors.values()) < 0.4
 
@@ -237,7 +239,7 @@ def test_the_correction_moves_i_s_scalar_load_layer_norm():
     """I's fp16 layer norm 10465 x 7513 (odd columns: one element per load): the plain model prices
     BUF 64 at 128 threads at 151 us (321 measured); corrected it is 204 us. BUF 16 at 512 threads, the
     measured best (170 us), is timed at the 64 registers the driver counted since 2026-12-07
-    (normalization.narrow_access: two blocks per SM): 141 us plain, 153 corrected, first both ways and
+    (normalization.scalar_access: two blocks per SM): 141 us plain, 153 corrected, first both ways and
     chosen. Priced as the mean over the rule's 62.7 +- REGS_SPREAD registers (a third of it at one block
     per SM) it was 167 plain / 178 corrected, and multi-pass at 256 threads (177 predicted, 192
     measured) was chosen: 0.884."""
@@ -246,7 +248,7 @@ def test_the_correction_moves_i_s_scalar_load_layer_norm():
     k64 = Knobs(strategy="persistent", threads=128, vec=1, buffer=64)
     assert N.model_us(d, k64, q) > 1.3 * N.plain_model_us(d, k64, q)
     best = Knobs(strategy="persistent", threads=512, vec=1, buffer=16)
-    assert N.compiled_registers(d, best, q) == 64 and N.blocks_per_sm(512, 64) == 2 and N.narrow_access(d, best)
+    assert N.compiled_registers(d, best, q) == 64 and N.blocks_per_sm(512, 64) == 2 and N.scalar_access(d, best)
     assert min(N.space(d), key=lambda k: N.plain_model_us(d, k, q)) == best
     assert N.heuristic(d, _profile("I")) == best
     assert N.model_us(d, best, q) < N.model_us(d, k64, q) / 1.3
@@ -256,7 +258,7 @@ def test_left_out_seed_6_holds_its_numbers():
     """One fold of the leave-one-seed-out validation: corrections and both biases fitted without
     seed 6, judged on I: the pair bias (fitted on the other nine seeds' 9 problems of its group) takes
     I's worst from 0.825 to 0.919 (0.884 before the narrow kernels were timed at their compiled count,
-    normalization.narrow_access), which it does not reach without it."""
+    normalization.scalar_access), which it does not reach without it."""
     c = N.fit_all(N.recorded_samples(_pairs(n for n in RECORDINGS if SEEDS[n] != 6)))
     assert c.pair_bias > 0.1
     with N.use_corrections(c):
@@ -442,9 +444,11 @@ def test_the_pair_bias_is_its_one_sided_group_s_20th_percentile():
     corrected model is too optimistic for persistent against multi-pass on every one of the group's
     12 problems in A-M (e +0.063..+0.278; +0.109..+0.316 with the streamed-L2 share on the measured
     capacity, where I's 964 x 12568 compared with multi-pass at 256 threads, not 512); over all 29
-    recordings 22 problems, e -0.051..+0.275, one below 0. The bias is the 20th percentile."""
+    recordings 22 problems, e +0.042..+0.275, none below 0 (one, -0.051, while fp32's scalar-load kernels
+    were priced over the register spread, not at the driver's count: normalization.scalar_access). The bias
+    is the 20th percentile."""
     bias, errs = N.fit_pair_bias(N.recorded_samples(_pairs(RECORDINGS)), N.corrections())
-    assert len(errs) == 22 and sum(e < 0 for e in errs) == 1
+    assert len(errs) == 22 and sum(e < 0 for e in errs) == 0
     assert bias == pytest.approx(errs[int(N.BIAS_QUANTILE * len(errs))])
     assert bias == pytest.approx(N.corrections().pair_bias, abs=1e-4)
 

@@ -57,9 +57,10 @@ from .generator import generate
 from .gpu import CTYPE, SOURCE, TOLERANCE, GpuCase, _names, kernel, sim_library_us
 from .l2_share import REREAD_END_PER_CAPACITY, reread_l2_fraction, reread_scale_bytes, streamed_l2_fraction
 from .model import (A_VEC, BLOCK_PACE_NORM, CHAIN_US, DISPATCH_US, DRAIN_BLOCKS, FIXED_US, INFLIGHT_MIN_ROWS_PER_SM,
-                    INFLIGHT_SHARE, L2_FOOTPRINT, L2_NORM, LATENCY_SCALE, MACHINE_NORM, MUFU, NARROW_ACCESS_BYTES,
-                    PACE_NORM, REDUCE_US, SPILL_BYTES, STAGGER_MAX_L2, STAGGER_WAVES, TAIL_EXP, THREAD_US, UNROLL_EFF,
-                    block_pace_us, narrow_access, norm_gbps, overlapping_blocks, plain_model_us, spill_traffic_bytes)
+                    INFLIGHT_SHARE, L2_FOOTPRINT, L2_NORM, LATENCY_SCALE, MACHINE_NORM, MUFU, PACE_NORM,
+                    REDUCE_US, SCALAR_ACCESS_VEC, SPILL_BYTES, STAGGER_MAX_L2, STAGGER_WAVES, TAIL_EXP, THREAD_US,
+                    UNROLL_EFF, block_pace_us, norm_gbps, overlapping_blocks, plain_model_us, scalar_access,
+                    spill_traffic_bytes)
 from .occupancy import (LOCAL_BYTES_PER_SPILLED_BYTE, PTXAS_REGISTERS, PTXAS_REGISTERS_ARCH, PTXAS_REGISTERS_DEVICE,
                         PTXAS_REGISTERS_NVRTC, PTXAS_SPILL_BYTES, REGS_MIN_PER_LOAD, REGS_PER_LOAD, REGS_PER_LOAD2,
                         REGS_SPREAD, blocks_per_sm, compiled_registers, nvrtc_version, registers)
@@ -73,7 +74,7 @@ __all__ = [
     "norm_gbps", "FIXED_US", "LATENCY_SCALE", "UNROLL_EFF", "A_VEC", "MUFU", "CHAIN_US", "REDUCE_US", "L2_FOOTPRINT",
     "DRAIN_BLOCKS", "TAIL_EXP", "L2_NORM", "MACHINE_NORM", "PACE_NORM", "INFLIGHT_SHARE", "INFLIGHT_MIN_ROWS_PER_SM",
     "STAGGER_WAVES", "STAGGER_MAX_L2", "SPILL_BYTES", "DISPATCH_US", "THREAD_US", "BLOCK_PACE_NORM", "block_pace_us",
-    "spill_traffic_bytes", "overlapping_blocks", "plain_model_us", "NARROW_ACCESS_BYTES", "narrow_access",
+    "spill_traffic_bytes", "overlapping_blocks", "plain_model_us", "SCALAR_ACCESS_VEC", "scalar_access",
     # occupancy
     "REGS_PER_LOAD", "REGS_PER_LOAD2", "REGS_MIN_PER_LOAD", "REGS_SPREAD", "PTXAS_REGISTERS_DEVICE",
     "PTXAS_REGISTERS_ARCH", "PTXAS_REGISTERS_NVRTC", "PTXAS_REGISTERS", "PTXAS_SPILL_BYTES",

@@ -230,28 +230,29 @@ def _model(d: NormDescriptor, k, q, extra_regs: float, hidden: bool) -> float:
     return t
 
 
-# Narrow accesses: fp16 rows of odd length read one half (2 bytes) per load, so their only kernels are
-# the scalar ones (persistent_norm<__half, BUF, 1, OP>, multipass_norm<__half, 1, OP>). Their persistent
-# buffer of 16 sits on the 64-register allocation edge: the rule says 62.5-62.7 registers, the driver
-# counted 63 (softmax) and 64 (layer norm), so the mean over the count +- REGS_SPREAD gave a third of its
-# weight to 72 registers: one 512-thread block per SM (or three 256-thread ones) where two (four)
-# launch. The 512-thread v1 x 16 block, which wins most narrow rows of 4-8k halves, was so priced
-# 1.18-1.20x slow (plain model, rows cycling; 1.08 at fewest): on the H100 (session 21) it ran 0.74-0.76
-# of its corrected prediction and the model chose multi-pass on seeds 114 (softmax 21797 x 6787: 307 us
-# measured, 392 plain, 417 corrected; 330 plain at 63 registers) and 118 (3968 x 6861), on the H200 on
-# I (layer norm 10465 x 7513) and seed 107 (softmax 2598 x 5127). Where the compiled count is known
-# (compiled_registers) the narrow kernels are timed at it (which also prices the narrow kernels the
-# spread put under their count slower: v1 x 8 softmax, 42 registers, 1.07-1.11x at 512 threads; v1 x 32,
-# 147-148, 1.06-1.14x at 256). The other kernels keep the spread: with every persistent kernel timed at
-# its count V falls to 0.827 and K to 0.878 (the occupancy.py comment; replayed again 2026-12-07: V
-# 0.905 -> 0.827, K 0.949 -> 0.878), while the narrow kernels alone move only narrow rows' choices (the
-# recordings' numbers are in the README).
-NARROW_ACCESS_BYTES = 2
+# Scalar loads: kernels reading one element a load, persistent_norm<T, BUF, 1, OP> (vec 1: fp16 on rows of odd length,
+# whose only kernels these are; fp32 on every row, 4-byte loads beside the wider vectors). Their persistent buffer of
+# 16 sits on the 64-register allocation edge for both dtypes: the rule says 62.5-62.7 registers, the driver counted
+# 63/64 (fp16 softmax/layer norm) and 64/72 (fp32), so the mean over the count +- REGS_SPREAD gave a third of its
+# weight to 72 registers: one 512-thread block per SM (or three 256-thread ones) where two (four) launch. The
+# 512-thread v1 x 16 block, which wins most scalar-load rows of 4-8k elements, was so priced 1.18-1.20x slow (plain
+# model, rows cycling; 1.08 at fewest). fp16 (2-byte access; timed at the count since 2026-12-07, session 22's runs
+# so): on the H100 (session 21) it ran 0.74-0.76 of its corrected prediction and the model chose multi-pass on seeds
+# 114 (softmax 21797 x 6787: 307 us measured, 392 plain, 417 corrected; 330 plain at 63 registers) and 118 (3968 x
+# 6861), on the H200 on I (layer norm 10465 x 7513) and seed 107 (softmax 2598 x 5127). fp32 (4-byte access, rule 62.7
+# registers): H200 seed 136 (session 22, softmax 1748 x 5723) chose multi-pass v1 at 512 threads (0.792) where
+# persistent v1 x 16 at 512 won. Where the compiled count is known (compiled_registers) the scalar-load kernels are
+# timed at it (which also prices the ones the spread put under their count slower: v1 x 8 softmax, 42 registers,
+# 1.07-1.11x at 512 threads; v1 x 32, 147-148, 1.06-1.14x at 256). The wider kernels keep the spread: with every
+# persistent kernel timed at its count V falls to 0.827 and K to 0.878 (the occupancy.py comment; replayed again
+# 2026-12-07: V 0.905 -> 0.827, K 0.949 -> 0.878), while the scalar-load kernels alone move only the choices of rows
+# they win or are offered on (the recordings' numbers are in the README).
+SCALAR_ACCESS_VEC = 1
 
 
-def narrow_access(d: NormDescriptor, k) -> bool:
-    """Whether ``k`` reads its rows NARROW_ACCESS_BYTES or fewer at a time (fp16 at one element a load)."""
-    return int(k["vec"]) * d.itemsize_bytes <= NARROW_ACCESS_BYTES
+def scalar_access(d: NormDescriptor, k) -> bool:
+    """Whether ``k`` reads its rows one element a load (vec <= SCALAR_ACCESS_VEC; fp16 and fp32 alike)."""
+    return int(k["vec"]) <= SCALAR_ACCESS_VEC
 
 
 def plain_model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
@@ -263,8 +264,8 @@ def plain_model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
     L2 does not hold and L2 for every byte at once, the multi-pass second read from L2 while the rows
     in flight fit there. A persistent candidate's time is the mean over its register count +-
     REGS_SPREAD, and infinite (not launchable) if it would not launch at + REGS_SPREAD, or where the
-    compiler's count is known (:func:`compiled_registers`) at that count; a kernel of 2-byte
-    accesses (:func:`narrow_access`) whose count is known is timed at that count alone. ``hidden``:
+    compiler's count is known (:func:`compiled_registers`) at that count; a kernel of scalar
+    loads (:func:`scalar_access`, vec 1) whose count is known is timed at that count alone. ``hidden``:
     the simulated device's truth (2 more registers than the rule, a tenth
     less L2 for the second read, a block scheduling cost per row)."""
     if hidden:
@@ -279,7 +280,7 @@ def plain_model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
         return sum(ts) / 3 if math.isfinite(ts[0]) else math.inf
     if blocks_per_sm(int(k["threads"]), compiled) == 0:
         return math.inf
-    if narrow_access(d, k):
+    if scalar_access(d, k):
         return _model(d, k, q, compiled - registers(d, k, q)[0], False)
     ts = [t for t in ts if math.isfinite(t)]  # a count the compiled kernel's launch rules out
     return sum(ts) / len(ts) if ts else _model(d, k, q, compiled - registers(d, k, q)[0], False)

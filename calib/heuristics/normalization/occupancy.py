@@ -27,8 +27,8 @@ REGS_MIN_PER_LOAD = 1.25
 REGS_SPREAD = 4.0  # registers a kernel's count may differ from the rule by (half an allocation granule):
 #                    a persistent candidate's time is the mean over count - 4, count, count + 4, so a block
 #                    size at an occupancy edge is not bet on (fp32 layer norm 7142 x 12100, v4 x 32: 2 blocks
-#                    of 512 predicted, 1 ran, 212 against 171 us); a narrow (2-byte access) kernel whose
-#                    compiled count is known is timed at that count alone (model.narrow_access)
+#                    of 512 predicted, 1 ran, 212 against 171 us); a scalar-load (vec 1) kernel whose
+#                    compiled count is known is timed at that count alone (model.scalar_access)
 
 
 # Which block sizes launch is the compiler's, not the rule's: the driver's register count of every
@@ -41,8 +41,8 @@ REGS_SPREAD = 4.0  # registers a kernel's count may differ from the rule by (hal
 # layer norm's v1 x 16 and v4 x 32: 72 and 68, 896 threads at most). T's, W's and seed 26's worst
 # cases were won by such a kernel at 1024 threads. On a profile of the GPU they were read on
 # (:func:`compiled_registers`) a listed kernel is offered where its count launches, and its time is
-# the mean over the rule's count +- REGS_SPREAD of those that would launch (a narrow, 2-byte access kernel's:
-# its count alone, model.narrow_access); elsewhere the rule decides.
+# the mean over the rule's count +- REGS_SPREAD of those that would launch (a scalar-load, vec 1 kernel's:
+# its count alone, model.scalar_access); elsewhere the rule decides.
 # Left out one seed at a time over the 29 recordings, those below a worst case of 0.85 went from M, T, W
 # to T (W 0.801 -> 0.937, M 0.750 -> 0.933, 23 0.898 -> 0.942; S 0.956 -> 0.886), and fitted on all 29
 # from T, W to T. The counts in the time model too (not only in the launch) lost V (0.905 -> 0.827) and
