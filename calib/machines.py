@@ -21,11 +21,11 @@ refused with the field named (``MachinesError``), never half used.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import strict_json
 from .errors import CalibError
 
 SCHEMA_NAME = "calib.machines"
@@ -79,7 +79,7 @@ def read_machines(path) -> dict[str, Spread]:
     except ProfileError as exc:
         raise MachinesError(str(exc)) from None
     try:
-        doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        doc = json.loads(data.decode("utf-8"), parse_constant=strict_json.no_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # RecursionError: [[[[... past the parser
         raise MachinesError(f"{where}: not valid JSON ({str(exc)[:120] or type(exc).__name__})") from None
     if not isinstance(doc, dict):
@@ -108,7 +108,8 @@ def read_machines(path) -> dict[str, Spread]:
             if not isinstance(entry, dict):
                 raise MachinesError(f"{where}: {field} is not an object")
             value = entry.get("value")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value <= 0:
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not strict_json.finite(value)
+                    or value <= 0):
                 raise MachinesError(f"{where}: {field}.value is {value!r}, not a positive finite number")
             measured = entry.get("measured")
             if not isinstance(measured, str) or not measured:
@@ -121,19 +122,6 @@ def read_machines(path) -> dict[str, Spread]:
         if len(values) >= MIN_MACHINES:
             out[name] = Spread(name, tuple(values), min(dates), max(dates))
     return out
-
-
-def _finite(value) -> bool:
-    """Whether a JSON number is a finite float: an integer of 400 digits is valid JSON, and
-    math.isfinite raised OverflowError on it."""
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
-def _no_constant(token: str):
-    raise ValueError(f"{token} is not a number JSON allows")
 
 
 __all__ = ["Spread", "MachinesError", "read_machines", "path_beside", "MIN_MACHINES"]

@@ -91,8 +91,9 @@ WITH_CORRECTIONS = {(64, "normalization"): (0.9908, 0.9381), (65, "normalization
 
 @pytest.mark.parametrize(("seed", "kind"), sorted(WITH_CORRECTIONS))
 def test_the_h200_corrections_raise_the_h100s_choices(seed, kind):
-    """Applied to the H100's profile, the corrections choose at least as well on both seeds, and
-    every choice met the worst-case bar the plain model missed on seed 64; the predictor's error falls."""
+    """Applied to the H100's profile, the corrections choose at least as well on both seeds (but for one
+    problem of seed 65's normalization, below), and every choice met the worst-case bar the plain model
+    missed on seed 64; the predictor's error falls."""
     _, ran = _replayed(seed, kind)
     _, res = _replayed(seed, kind, as_ran=False)
     h, before = res["summary"]["heuristic"], ran["summary"]["heuristic"]
@@ -102,8 +103,10 @@ def test_the_h200_corrections_raise_the_h100s_choices(seed, kind):
     # seed 65's normalization: since the fp16 scalar-load kernels are timed at their compiled register count,
     # its layer norm 19997 x 875 takes v1 x 8 at 128 threads (0.968) where the plain model keeps the best,
     # and the corrected geomean (0.99088) is 0.00004 below the plain model's (0.99093); the worst cases are equal
-    slack = 5e-5 if (seed, kind) == (65, "normalization") else 0.0
-    assert h["geomean_efficiency"] >= before["geomean_efficiency"] - slack
+    if (seed, kind) == (65, "normalization"):  # the one place they choose worse: pinned, not allowed for
+        assert (before["geomean_efficiency"], h["geomean_efficiency"]) == pytest.approx((0.99093, 0.99088), abs=5e-6)
+    else:
+        assert h["geomean_efficiency"] >= before["geomean_efficiency"]
     assert h["worst_efficiency"] >= before["worst_efficiency"]
     assert h["worst_efficiency"] >= 0.85
     assert res["prediction"]["all"]["median_abs_rel_error"] < ran["prediction"]["all"]["median_abs_rel_error"]

@@ -18,9 +18,9 @@ importing the same file twice changes nothing.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 
+from .. import strict_json
 from ..errors import CalibError
 from ..keys import descriptor_hash
 from .entries import CorruptEntry, Entry, entry_from_row, provenance, timing_to_row
@@ -57,20 +57,6 @@ def _unstorable(obj) -> bool:
     except UnicodeEncodeError:
         return True
     return False
-
-
-def _no_constant(token: str):
-    raise ValueError(f"{token} is not a number JSON allows")
-
-
-def _finite_float(text: str) -> float:
-    """A JSON number as a float; NaN, Infinity and a number past a float's range (1e400) are refused
-    with their line: stored in an entry's device, software or provenance, they had ended every later
-    `calib cache export` in a traceback (an export writes strict JSON)."""
-    v = float(text)
-    if not math.isfinite(v):
-        raise ValueError(f"the number {text[:40]} is beyond a float's range")
-    return v
 
 
 @dataclass
@@ -121,7 +107,7 @@ def read_lines(lines, *, source: str = "<lines>", device_key: str | None = None,
         if not line.strip():
             continue
         try:
-            obj = json.loads(line, parse_constant=_no_constant, parse_float=_finite_float)
+            obj = strict_json.loads(line)
         except RecursionError:
             report.corrupt += 1
             report.problems.append((number, "not JSON (nested deeper than any entry); line skipped"))

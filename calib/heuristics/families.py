@@ -18,7 +18,8 @@ def family(kind: str):
 def launch(kind: str, params, descriptor=None):
     """``params`` checked as ``kind``'s launch parameters (:func:`calib.heuristics.knobs.check_knobs`);
     with ``descriptor``, also as a launch of that problem the family's kernels can run (its
-    ``launch_problem``: a vector of at most 16 bytes, a split that divides K), HeuristicError if not."""
+    ``launch_problem``: a vector of at most 16 bytes, a split that divides K, a normalization vector that
+    divides the row and a persistent buffer that holds it), HeuristicError if not."""
     from .knobs import check_knobs
     from .registry import HeuristicError
 

@@ -9,9 +9,9 @@ Python a tree."""
 
 from __future__ import annotations
 
-import math
 import random
 
+from .. import strict_json
 from .._lazy import lazy
 
 np = lazy("numpy")
@@ -49,14 +49,8 @@ def check_node(node, features, where: str, error=ValueError, depth: int = 0) -> 
 
 
 def _finite_number(v) -> bool:
-    """A finite int or float (not a bool); an integer of 400 digits is none: math.isfinite raised
-    OverflowError on it, out of the file's check."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
+    """A finite int or float (not a bool); an integer of 400 digits is none (strict_json.finite)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and strict_json.finite(v)
 
 
 def fit_forest(xs: list, ys: list, features, n_trees: int, depth: int, min_leaf: int, seed: int = 0) -> list:

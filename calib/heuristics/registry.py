@@ -438,8 +438,9 @@ def _check_key(key: str):
 def _check_params(params, kind: str | None, descriptor=None) -> dict:
     """The launch parameters of ``kind`` (:func:`calib.heuristics.families.launch`); without a kind,
     those of at least one kind, since the override applies to whichever kind is asked. With the
-    override's ``descriptor``, a launch of that very problem: a split that does not divide its K, or
-    a vector wider than 16 bytes of its dtype, loaded and was then chosen for a kernel that cannot run."""
+    override's ``descriptor``, a launch of that very problem: a split that does not divide its K, a
+    vector wider than 16 bytes of its dtype, or a normalization vector or persistent buffer that leaves
+    part of the row unread, loaded and was then chosen for a kernel that cannot run."""
     from .families import launch
 
     if not isinstance(params, dict):

@@ -16,6 +16,7 @@ import json
 import math
 from pathlib import Path
 
+from .. import strict_json
 from .._lazy import lazy
 from ..backends.base import UnsupportedConfig
 from ..errors import CalibError
@@ -37,7 +38,7 @@ def load(path, kind: str) -> dict:
     p = Path(path)
     text = read_text(p, "recorded evaluation", ReplayError)
     try:
-        rec = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        rec = strict_json.loads(text)
     except json.JSONDecodeError as exc:
         raise ReplayError(f"recorded evaluation {p} is not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
@@ -72,19 +73,6 @@ def load(path, kind: str) -> dict:
             raise ReplayError(f"{p}: problem {r['descriptor']} has times that are not positive numbers for {bad[:3]}")
     rec["rows"] = usable
     return rec
-
-
-def _no_constant(token: str):
-    raise ValueError(f"{token} is not a number JSON allows (an evaluation writes none)")
-
-
-def _finite_float(text: str) -> float:
-    """A JSON number as a float; one past a float's range (1e400) is refused, not read as infinity:
-    a recorded Infinity or NaN ended the replay, after every problem, in the strict JSON of its result."""
-    v = float(text)
-    if not math.isfinite(v):
-        raise ValueError(f"the number {text[:40]} is beyond a float's range")
-    return v
 
 
 def _time_us(t) -> float | None:

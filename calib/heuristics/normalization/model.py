@@ -246,7 +246,10 @@ def _model(d: NormDescriptor, k, q, extra_regs: float, hidden: bool) -> float:
 # 1.07-1.11x at 512 threads; v1 x 32, 147-148, 1.06-1.14x at 256). The wider kernels keep the spread: with every
 # persistent kernel timed at its count V falls to 0.827 and K to 0.878 (the occupancy.py comment; replayed again
 # 2026-12-07: V 0.905 -> 0.827, K 0.949 -> 0.878), while the scalar-load kernels alone move only the choices of rows
-# they win or are offered on (the recordings' numbers are in the README).
+# they win or are offered on (the recordings' numbers are in the README). A loss it brings, repeatably: short
+# rows (289-875 columns; fp32, and fp16 on H100 seed 65) that v1 x 16 at 32-64 threads won now take v1 x 8 at
+# twice the threads, 0.947-0.972 of their best (H200 session 22 seeds 137, 139; H100 seeds 65, 117): at the
+# count those small blocks are priced slower than they run. Not mended; no worst case comes of it.
 SCALAR_ACCESS_VEC = 1
 
 
