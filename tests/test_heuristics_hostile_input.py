@@ -183,13 +183,16 @@ def test_an_override_for_a_descriptor_is_checked_as_a_launch_of_that_problem(kin
     ({"strategy": "persistent", "threads": 1024, "vec": 4, "buffer": 0}, "buffer 0 is not compiled"),
     ({"strategy": "persistent", "threads": 1024, "vec": 4, "buffer": 6}, "buffer 6 is not compiled"),
     ({"strategy": "persistent", "threads": 1024, "vec": 4, "buffer": 32}, "holds 32768 of the row's 100000 columns"),
+    ({"strategy": "multipass", "threads": 48, "vec": 4, "buffer": 0}, "threads 48 is not a whole number of"),
+    ({"strategy": "persistent", "threads": 1000, "vec": 4, "buffer": 128}, "threads 1000 is not a whole number"),
     ({"strategy": "multipass", "threads": 256, "vec": 4, "buffer": 0}, None),
     ({"strategy": "multipass", "threads": 256, "vec": 2, "buffer": 0}, None),
 ])
 def test_a_persistent_buffer_that_cannot_hold_the_row_is_no_launch_to_predict_or_override(params, why, tmp_path):
     """The persistent kernel reads ``buffer`` elements per thread and is compiled for BUFFERS alone: a
     buffer of 1 for a 100000-column row was predicted at 796 us and loaded as an override, a launch that
-    leaves most of the row unread. A vector that does not divide the row leaves its tail out the same way."""
+    leaves most of the row unread. A vector that does not divide the row leaves its tail out the same way,
+    and a block of part of a warp (48 threads) reduces through undefined shuffles."""
     from calib import predict
 
     d = {"op": "softmax", "rows": 4096, "cols": 100000, "dtype": "float32"}

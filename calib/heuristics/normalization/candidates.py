@@ -25,8 +25,19 @@ KNOB_VALUES = {"strategy": ("persistent", "multipass"), "threads": COUNT, "vec":
 def launch_problem(d, k) -> str | None:
     """Why launch ``k`` cannot run on ``d`` (families.launch), None if it can. A persistent row that
     does not fit its registers is the model's to price (infinite), not refused here."""
-    return (vector_problem(d, k["vec"]) or block_problem(k["threads"], "threads") or _row_problem(d, k)
-            or (_buffer_problem(d, k) if k["strategy"] == "persistent" else None))
+    return (vector_problem(d, k["vec"]) or block_problem(k["threads"], "threads") or _warp_problem(k)
+            or _row_problem(d, k) or (_buffer_problem(d, k) if k["strategy"] == "persistent" else None))
+
+
+WARP_THREADS = 32
+
+
+def _warp_problem(k) -> str | None:
+    """Both kernels reduce a row through full-mask warp shuffles (block_reduce): a block that is not a
+    whole number of warps leaves its last warp's shuffles undefined, so its sums are not the row's."""
+    if k["threads"] % WARP_THREADS:
+        return f"threads {k['threads']} is not a whole number of {WARP_THREADS}-thread warps (the row's reduction)"
+    return None
 
 
 def _row_problem(d, k) -> str | None:
