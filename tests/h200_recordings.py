@@ -106,27 +106,20 @@ def assert_meets_every_bar(res: dict) -> None:
 # the rule's register count +- REGS_SPREAD, not at the driver's count (normalization.scalar_access). From
 # 52bab02 to the change that timed every scalar-load (vec 1) kernel at its count (the H200 s22 runs, commit
 # 95d3918): the fp16 scalar-load (2-byte access) kernels alone at their count, fp32's v1 over the spread.
-# Each with the corrections fitted with that model (the values normalization_corrections.json held then).
-# A replay that must give a live run's numbers back runs inside one of these.
-FP32_SCALAR_SPREAD_FACTORS = {("persistent", "float32", 1, 8, None): -0.012,
-                              ("persistent", "float32", 1, 16, None): -0.0125,
-                              ("persistent", "float32", 1, 32, None): 0.1114}
-FP32_SCALAR_SPREAD_BIASES = {"persistent_bias": 0.1087, "float16": 0.1054, "float32": 0.1454, "pair_bias": 0.1182}
-NARROW_SPREAD_FACTORS = {("persistent", "float16", 1, 16, None): 0.0617, ("persistent", "float16", 1, 32, None): 0.2221,
-                         **FP32_SCALAR_SPREAD_FACTORS}
-NARROW_SPREAD_BIASES = {"persistent_bias": 0.1079, "float16": 0.1052, "float32": 0.1454, "pair_bias": 0.1157}
+# Each with the corrections file the runs read, kept whole under tests/fixtures (the shipped file at c2406f3
+# and at 95d3918), so a later refit of the shipped one cannot move them. A replay that must give a live
+# run's numbers back runs inside one of these.
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @contextlib.contextmanager
-def _scalar_kernels_as_they_ran(scalar_access, factors: dict, biases: dict, pooled_bias: bool):
+def _scalar_kernels_as_they_ran(scalar_access, corrections_file: str, pooled_bias: bool):
     from calib.heuristics import normalization as N
     from calib.heuristics.normalization import model as N_model
 
-    c = N.corrections()
-    by_dtype = None if pooled_bias else {**c.persistent_bias_by_dtype,
-                                         **{dt: biases[dt] for dt in ("float16", "float32")}}
-    old = dataclasses.replace(c, log_factors={**c.log_factors, **factors}, persistent_bias=biases["persistent_bias"],
-                              pair_bias=biases["pair_bias"], persistent_bias_by_dtype=by_dtype)
+    old = N.load_corrections(FIXTURES / corrections_file)
+    if pooled_bias:
+        old = dataclasses.replace(old, persistent_bias_by_dtype=None)
     saved = N_model.scalar_access
     N_model.scalar_access = scalar_access
     try:
@@ -140,11 +133,11 @@ def narrow_kernels_as_they_ran(pooled_bias: bool = False):
     """The model and corrections of before the narrow (fp16 scalar-load) kernels were timed at their compiled
     register count (52bab02): no kernel at its count, every persistent one over the spread; ``pooled_bias``:
     also one few-rows bias for every dtype (the pooled one), as before version 6 of the file."""
-    return _scalar_kernels_as_they_ran(lambda d, k: False, NARROW_SPREAD_FACTORS, NARROW_SPREAD_BIASES, pooled_bias)
+    return _scalar_kernels_as_they_ran(lambda d, k: False, "normalization_corrections_c2406f3.json", pooled_bias)
 
 
 def fp16_scalar_kernels_as_they_ran():
     """The model and corrections of 52bab02-95d3918 (session 22's H200 runs): the fp16 scalar-load (2-byte
     access) kernels timed at their compiled register count, the fp32 scalar-load ones over the spread."""
     return _scalar_kernels_as_they_ran(lambda d, k: int(k["vec"]) * d.itemsize_bytes <= 2,
-                                       FP32_SCALAR_SPREAD_FACTORS, FP32_SCALAR_SPREAD_BIASES, False)
+                                       "normalization_corrections_95d3918.json", False)
