@@ -155,3 +155,21 @@ def test_a_recorded_sm_count_that_is_no_whole_number_is_one_line_and_exit_2(reco
     assert main(["heuristics", "evaluate", "--kind", "pointwise", "--backend", f"replay:{p}"]) == 2
     err = capsys.readouterr().err
     assert "bad-sms.json: its device fingerprint's sm_count is" in err and "Traceback" not in err
+
+
+def test_a_candidate_timed_twice_in_one_row_is_refused_not_read_last_wins(recorded, tmp_path, capsys):
+    """json keeps the last of two equal keys in silence: a row holding one candidate's time twice (a hand
+    merge of two runs) replayed whichever came last. Refused, naming the key, exit 2."""
+    res, _ = recorded
+    text = json.dumps(res)
+    row = res["rows"][0]
+    cand, t = next(iter(row["times_us"].items()))
+    pair = f"{json.dumps(cand)}: {json.dumps(t)}"
+    assert text.count(pair) >= 1
+    p = tmp_path / "twice.json"
+    p.write_text(text.replace(pair, f"{json.dumps(cand)}: {json.dumps(t / 100)}, {pair}", 1))
+    with pytest.raises(R.ReplayError, match="appears twice in one object"):
+        R.load(p, "pointwise")
+    assert main(["heuristics", "evaluate", "--kind", "pointwise", "--backend", f"replay:{p}"]) == 2
+    err = capsys.readouterr().err
+    assert json.dumps(cand) in err and "Traceback" not in err

@@ -33,17 +33,19 @@ class ReplayError(CalibError, ValueError):
 
 def load(path, kind: str) -> dict:
     """The recorded evaluation at ``path``, checked field by field for what a replay needs."""
-    from .registry import read_text
+    from .registry import read_text, unique_keys
 
     p = Path(path)
     text = read_text(p, "recorded evaluation", ReplayError)
     try:
-        rec = strict_json.loads(text)
+        # a key twice in one object (two times for one candidate, two descriptors for one row) is refused:
+        # json keeps the last in silence, and which time the replay then ranks is an accident of the file
+        rec = strict_json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:
         raise ReplayError(f"recorded evaluation {p} is not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise ReplayError(f"recorded evaluation {p} nests deeper than any evaluation does") from None
-    except ValueError as exc:  # a number of more digits than Python converts, NaN, Infinity, 1e400
+    except ValueError as exc:  # a number of more digits than Python converts, NaN, Infinity, 1e400, a key twice
         raise ReplayError(f"recorded evaluation {p} cannot be read as JSON ({str(exc)[:120]})") from None
     if not isinstance(rec, dict) or rec.get("format") != FORMAT:
         raise ReplayError(f"{p} is not a calib heuristics evaluation (format {FORMAT!r})")
