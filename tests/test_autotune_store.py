@@ -160,6 +160,13 @@ def test_calib_cache_commands(db_url, tmp_path, capsys):
     assert "3 new" in capsys.readouterr().out
     assert main(["cache", "import", str(path), "--db", other, "--backend", "sim"]) == 0
     assert "0 new, 0 merged, 3 unchanged" in capsys.readouterr().out
+    # a line left out is reported by number and the import exits 1 (the rest imported), as verify does
+    partly = tmp_path / "partly.jsonl"
+    partly.write_text(path.read_text() + "{not json\n")
+    assert main(["cache", "import", str(partly), "--db", other, "--backend", "sim"]) == 1
+    out, err = capsys.readouterr()
+    bad_line = len(path.read_text().splitlines()) + 1
+    assert "0 new, 0 merged, 3 unchanged; 1 corrupt" in out and f"{partly}:{bad_line}:" in err
     assert main(["cache", "verify", "--db", db_url, "--backend", "sim"]) == 0
     assert "3 entries checked, 0 problems" in capsys.readouterr().out
     engine = create_engine(db_url)
