@@ -1,6 +1,6 @@
 """Does cuBLASLt's heuristic name the kernel cuBLAS ran? (issue 14, split-K groundwork; offline)
 
-    python3 bench/cublaslt_compare.py PROBE.json bench/results/2026-12-02-h200-splitk-kernels/kernels.json
+    python3 bench/cublaslt_compare.py PROBE.json bench/results/2026-12-02-h200-splitk-kernels/kernels.json.gz
     python3 bench/cublaslt_compare.py --selftest
 
 PROBE.json from ``bench/probes.py cublaslt-heuristics`` (or PROBE.json.gz: the committed probes are stored

@@ -4,7 +4,7 @@
 
 Why: for fp32 ``cupy.matmul`` runs 1.3-1.9x slower than the split-K model predicts where cuBLAS picks a
 tile other than the fastest one the model knows; given the tile it ran the model's constants predict the
-traced time to 0.96 (H200, 2026-12-02, bench/results/2026-12-02-h200-splitk-kernels/kernels.json). The tile
+traced time to 0.96 (H200, 2026-12-02, bench/results/2026-12-02-h200-splitk-kernels/kernels.json.gz). The tile
 could not be learned from the shape, so this asks Lt's heuristic, per shape, for its ranked algos (tile,
 split-K, reduction, stages, swizzle, custom option, cluster, workspace, waves), and, separately, records
 what cuBLAS's gemm actually ran (Lt's own trace log of ``cupy.matmul``) and times a few shapes both ways.

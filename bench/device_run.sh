@@ -4,8 +4,8 @@
 #   device tool: carry [".whl"], command: bash bench/device_run.sh [STEP ...]
 # .whl: bash ../shared/device/wheels.sh sqlalchemy alembic filelock platformdirs nvidia-ml-py pytest-timeout;
 # the tree and the wheels travel within 64 MiB: jedi, parso and debugpy (optional to IPython/ipykernel) can go.
-# Since 2026-12-06 the tree is 54.6 MB (split-K's forests gzip-compressed) and the wheels 10.9 MB without
-# those three (65.5 MB of the 67.1): it fits, barely; a call
+# The tree travels in about 25 MiB (du of git ls-files, 2026-12-07): every recording under bench/results is
+# stored .json.gz (gzip -9 -n); the uncompressed ones had grown it past the limit with the wheels. A call
 # without notebooks (heuristics-seedN, splitk-seedN,
 # gpu-tests, verify-shipped) carries only what calib itself needs (NOTEBOOK_WHEELS moved out of .whl).
 # NOTEBOOK_WHEELS: papermill ipykernel ipython jupyter_client jupyter_core nbclient nbformat pyzmq tornado

@@ -115,7 +115,7 @@ def main(argv=None) -> int:
         ap.error(f"{args.folder} is not a folder")
     rows = runs(args.folder, args.kind)
     if not rows:
-        print(f"no heuristics-{args.kind}.json under {args.folder}/*/", file=sys.stderr)
+        print(f"no heuristics-{args.kind}.json(.gz) under {args.folder}/*/", file=sys.stderr)
         return 1
     print(table(rows))
     bad = {name: m for name, r in rows if (m := misses(r))}

@@ -33,14 +33,11 @@ from h200_recordings import FOCUS, FOLDERS, TRAINING, R  # noqa: E402
 
 
 def _pairs(table) -> list[list[str]]:
-    """[evaluation, profile] of each recording, from the repository's root; an evaluation stored
-    gzip-compressed (the 1000-problem ones: heuristics-matmul_splitk.json.gz) by that name."""
+    """[evaluation, profile] of each recording, from the repository's root; the evaluations are
+    stored gzip-compressed (heuristics-matmul_splitk.json.gz), as every recording under bench/results."""
     rel = R.relative_to(ROOT)
-    out = []
-    for folder, _seed, prof in table.values():
-        ev = rel / folder / "heuristics-matmul_splitk.json"
-        out.append([str(ev) + (".gz" if (ROOT / f"{ev}.gz").exists() else ""), str(rel / prof)])
-    return out
+    return [[str(rel / folder / "heuristics-matmul_splitk.json.gz"), str(rel / prof)]
+            for folder, _seed, prof in table.values()]
 
 
 def read_evaluation(ev) -> dict:

@@ -89,11 +89,11 @@ def batched_shapes(within: float = 1.3, names=None) -> list:
     of tests/h200_recordings.py, every one by default; no unseen seed), without duplicates."""
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "tests"))
-    from h200_recordings import R, recordings
+    from h200_recordings import R, read_json, recordings
 
     out = set()
     for rec, _ in recordings("matmul_splitk", names=names).values():
-        for r in json.loads((R / rec).read_text())["rows"]:
+        for r in read_json(R / rec)["rows"]:
             d, t = r["descriptor"], r["times_us"]
             if d["dtype"] != "float32":
                 continue
@@ -141,9 +141,9 @@ def _recorded(names: str) -> list:
         return []
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "tests"))
-    from h200_recordings import R, recordings
+    from h200_recordings import R, read_json, recordings
 
-    return [json.loads((R / rec).read_text())["rows"] for rec, _ in recordings("matmul_splitk", names=names).values()]
+    return [read_json(R / rec)["rows"] for rec, _ in recordings("matmul_splitk", names=names).values()]
 
 
 def _trace(fn, calls: int = 5) -> list:

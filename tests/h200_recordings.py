@@ -1,11 +1,14 @@
 """The committed H200 heuristic evaluations (every candidate's device time per problem), one table
 for the replay tests: recording -> (folder under bench/results, seed, the profile the
-evaluation read). A recording replays with its own profile: its predictions were made from it."""
+evaluation read). A recording replays with its own profile: its predictions were made from it.
+bench/results stores every recording (evaluations, probes, traces) gzip-compressed
+(``heuristics-KIND.json.gz``, ``gzip -9 -n``); :func:`read_json` reads one (or a plain one)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from pathlib import Path
 
 R = Path(__file__).resolve().parents[1] / "bench" / "results"
@@ -87,8 +90,17 @@ def recordings(kind: str, names=None) -> dict:
     (all), one name, a string of one-letter names ("ABCM") or a list of names."""
     if isinstance(names, str):
         names = [names] if names in FOLDERS else list(names)
-    return {n: (f"{folder}/heuristics-{kind}.json", prof) for n, (folder, _, prof) in FOLDERS.items()
+    return {n: (f"{folder}/heuristics-{kind}.json.gz", prof) for n, (folder, _, prof) in FOLDERS.items()
             if names is None or n in names}
+
+
+def read_json(path):
+    """The JSON of the recording at ``path`` (an evaluation, a probe's answers, a trace), decompressed
+    where the name ends in .gz (as bench/results stores them), as is where it is plain JSON: read as a
+    replay reads a recording (calib.heuristics.registry.read_text)."""
+    from calib.heuristics.registry import read_text
+
+    return json.loads(read_text(Path(path), "recording", ValueError))
 
 
 def assert_meets_every_bar(res: dict) -> None:
@@ -107,8 +119,8 @@ def assert_meets_every_bar(res: dict) -> None:
 # 52bab02 to the change that timed every scalar-load (vec 1) kernel at its count (the H200 s22 runs, commit
 # 95d3918): the fp16 scalar-load (2-byte access) kernels alone at their count, fp32's v1 over the spread.
 # Each with the corrections file the runs read, kept whole under tests/fixtures (the shipped file at c2406f3
-# and at 95d3918), so a later refit of the shipped one cannot move them. A replay that must give a live
-# run's numbers back runs inside one of these.
+# and at 95d3918; the recordings it names since stored .json.gz), so a later refit of the shipped one cannot
+# move them. A replay that must give a live run's numbers back runs inside one of these.
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 

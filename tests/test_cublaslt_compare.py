@@ -1,10 +1,10 @@
 """bench/cublaslt_compare.py and the offline parts of bench/cublaslt_probe.py (issue 14): no GPU needed."""
 
-import json
 import pathlib
 import sys
 
 import pytest
+from h200_recordings import read_json
 
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -12,7 +12,7 @@ sys.path.insert(0, str(BENCH))
 import cublaslt_compare  # noqa: E402
 import cublaslt_probe  # noqa: E402
 
-KERNELS = BENCH / "results/2026-12-02-h200-splitk-kernels/kernels.json"
+KERNELS = BENCH / "results/2026-12-02-h200-splitk-kernels/kernels.json.gz"
 
 
 def test_selftest_counts_planted_agreements():
@@ -20,7 +20,7 @@ def test_selftest_counts_planted_agreements():
 
 
 def test_every_traced_h200_kernel_parses_and_a_matching_probe_scores_all():
-    kernels = json.loads(KERNELS.read_text())
+    kernels = read_json(KERNELS)
     cfg = {k: cublaslt_compare.traced_config(v) for k, v in kernels.items()}
     assert len(cfg) == 455 and all(c["tile"] for c in cfg.values())
     # a separate reduce kernel comes only with a grid-z split, which is what reading z as the split assumes

@@ -207,7 +207,7 @@ def _seed56_evaluations(change, times: int = 1) -> tuple:
     ``change(profile)`` applied to it."""
     from calib.heuristics import evaluate as E
 
-    path = R / "2026-12-04-h200-heuristics-s12c4" / "splitk-seed56" / "heuristics-matmul_splitk.json"
+    path = R / "2026-12-04-h200-heuristics-s12c4" / "splitk-seed56" / "heuristics-matmul_splitk.json.gz"
     shipped = load_profile(ROOT / "profiles" / "nvidia-h200.json", device=None, software=None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

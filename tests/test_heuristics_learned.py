@@ -16,7 +16,7 @@ from calib.heuristics.simdevice import sim_profile, truth_q
 from calib.timing import Measurement
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import FOLDERS, R  # noqa: E402
+from h200_recordings import FOLDERS, R, read_json  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -240,12 +240,10 @@ def replay(rec, op):
     """The recording's learning means (its model is an exact fit of three numbers to three sizes, so it
     passes through each size's mean; stored before the fill, so read with none), refitted by today's fit;
     returns the errors at the recorded sizes."""
-    import json
-
     import calib
 
     path, prof_path = RECORDINGS[rec]
-    d = json.loads((R / path / "heuristics-learned.json").read_text())
+    d = read_json(R / path / "heuristics-learned.json.gz")
     prof = calib.load_profile(R / prof_path, device=None, software=None)
     rs = d["ops"][op]["model"]
     old = L.LearnedModel(op, *(rs[f"learned.{op}.{n}"]["value"] for n in ("t0_us", "rate_gbps", "l2_rate_gbps")),
@@ -273,12 +271,10 @@ def replay_samples(name, op, scale=True):
     """A format-2 recording's learning samples refitted by today's fit, with its own profile: the errors
     at the recorded sizes. ``scale``: the L2 share on P.l2_scale_bytes (shipped), else on the measured
     capacity (the model before 2026-12-02's session 6)."""
-    import json
-
     import calib
 
     folder, _, prof_path = FOLDERS[name]
-    d = json.loads((R / folder / "heuristics-learned.json").read_text())
+    d = read_json(R / folder / "heuristics-learned.json.gz")
     prof = calib.load_profile(R / prof_path, device=None, software=None)
     o = d["ops"][op]
     if scale:
@@ -317,11 +313,9 @@ def test_learned_over_the_bands_on_the_h200_every_op_meets_the_bar(seed):
     """The live runs' own learning samples (six points over each band) refitted by today's fit: every op's
     error at the 34 sizes has a p90 (the 4th worst) of at most 5% and a worst case of at most 20%
     (live: cupy.sum p90 4.4-4.9%, where over the +-5% points it was 5.1-7.1% on every recording)."""
-    import json
-
     import calib
 
-    d = json.loads((R / LIVE_BANDS[seed] / "heuristics-learned.json").read_text())
+    d = read_json(R / LIVE_BANDS[seed] / "heuristics-learned.json.gz")
     prof = calib.load_profile(R.parents[1] / "profiles" / "nvidia-h200.json", device=None, software=None)
     assert d["learning_points_bytes"] == L.learning_points(L.default_sizes(prof))
     for op, o in d["ops"].items():
@@ -410,7 +404,7 @@ def test_on_the_h200_the_prediction_interval_covers_the_library_ops_and_flags_th
     prof = calib.load_profile(R.parents[1] / "profiles" / "nvidia-h200.json", device=None, software=None)
     cover = {}
     for folder in CURRENT_POINTS:
-        d = load_learned(next((R / folder).glob("heuristics-learned.json*")))
+        d = load_learned(R / folder / "heuristics-learned.json.gz")
         assert d["learning_points_bytes"] == L.learning_points(L.default_sizes(prof))
         for op, o in d["ops"].items():
             m = L.fit(op, d["learning_points_bytes"], o["learning_samples_us"], prof)

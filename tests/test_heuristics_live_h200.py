@@ -15,7 +15,7 @@ Recording O (seed 11, 2026-12-02, split-K asking cuBLASLt which kernel split 1 r
 normalization met every bar again, split-K its geomean and overall error; it missed the worst case
 (0.796: fp32 176x1568x6400, cuBLAS's split 1 against split 16) and the memory-bound median (5.2%).
 Replayed here without cuBLASLt (no GPU): the same choices, as the probe of O's shapes given as the
-oracle also gives (bench/results/2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json).
+oracle also gives (bench/results/2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json.gz).
 Recording P (seed 12, the same code and profile, a 13th host): pointwise every bar; normalization
 its geomean and predictor but not its worst case (0.801: fp16 layernorm 23143x377, persistent at
 128 threads per row against 32); split-K its geomean, worst case (0.898) and overall error, not its
@@ -96,7 +96,7 @@ UNSEEN.update({str(seed): (f"{S12}c3/heuristics-seed{seed}", SHIPPED) for seed i
 def _replay(kind, name="M"):
     if name in UNSEEN:
         folder, prof = UNSEEN[name]
-        rec = R / folder / f"heuristics-{kind}.json"
+        rec = R / folder / f"heuristics-{kind}.json.gz"
     else:
         rec, prof = (R / p for p in recordings(kind, names=name)[name])
     return E.evaluate(kind, backend=f"replay:{rec}", profile=load_profile(prof, device=None, software=None))

@@ -17,7 +17,7 @@ from calib.heuristics.registry import HeuristicError
 from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import R, recordings  # noqa: E402
+from h200_recordings import R, read_json, recordings  # noqa: E402
 
 S4C4 = R / "2026-12-02-h200-heuristics-s4c4"
 
@@ -81,17 +81,17 @@ def _replay(path, profile, oracle=None):
 
 
 def test_a_recording_that_carries_its_answers_replays_as_with_the_probe_of_its_shapes(tmp_path):
-    """Recording O (seed 11) ran with Lt asked live; the probe of its shapes (cublaslt-s4c4.json) holds
+    """Recording O (seed 11) ran with Lt asked live; the probe of its shapes (cublaslt-s4c4.json.gz) holds
     those answers. Carried in the file as the evaluation now writes them, the replay's choices and
     predictions are the probe's, and not the plain model's (which differ on this recording)."""
     rec, prof = (R / p for p in recordings("matmul_splitk", names="O")["O"])
     profile = load_profile(prof, device=None, software=None)
-    probe = CL.load_probe(S4C4 / "cublaslt-s4c4.json")
+    probe = CL.load_probe(S4C4 / "cublaslt-s4c4.json.gz")
     with_probe = _replay(rec, profile, probe)
     plain = _replay(rec, profile)
     for key, c in probe.items():
         CL._state["cache"][(*key, c.device)] = c
-    doc = json.loads(rec.read_text())
+    doc = read_json(rec)
     doc["cublaslt"] = CL.asked()
     CL._state["cache"].clear()
     carried = tmp_path / "seed11-with-answers.json"
@@ -107,7 +107,7 @@ def test_a_recording_that_carries_its_answers_replays_as_with_the_probe_of_its_s
 
 def test_a_recording_with_a_bad_answer_is_refused_naming_the_file(tmp_path):
     rec, prof = (R / p for p in recordings("matmul_splitk", names="O")["O"])
-    doc = json.loads(rec.read_text())
+    doc = read_json(rec)
     doc["cublaslt"] = [{"key": [16, 16], "choice": None}]
     bad = tmp_path / "bad-answers.json"
     bad.write_text(json.dumps(doc))

@@ -33,7 +33,7 @@ from calib.heuristics.predictor import q_of
 from calib.profile import Profile, load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import R, SEEDS, recordings  # noqa: E402
+from h200_recordings import R, SEEDS, read_json, recordings  # noqa: E402
 
 ROOT = R.parents[1]
 
@@ -122,7 +122,7 @@ def test_the_register_counts_hold_for_their_compiler_only(monkeypatch, nvrtc, ap
     import types
     import warnings
 
-    assert tuple(json.loads((R / "2026-12-03-h200-heuristics-s10" / "norm-registers.json").read_text())["nvrtc"]) \
+    assert tuple(read_json(R / "2026-12-03-h200-heuristics-s10" / "norm-registers.json.gz")["nvrtc"]) \
         == N.PTXAS_REGISTERS_NVRTC
     monkeypatch.setattr(N_occupancy, "_compiler", {})
     if nvrtc is None:
@@ -146,7 +146,7 @@ def test_the_register_counts_hold_for_their_compiler_only(monkeypatch, nvrtc, ap
 
 
 def _probe():
-    doc = json.loads((R / "2026-12-03-h200-heuristics-s10" / "norm-registers.json").read_text())
+    doc = read_json(R / "2026-12-03-h200-heuristics-s10" / "norm-registers.json.gz")
     assert doc["device"] == N.PTXAS_REGISTERS_DEVICE
     return {(r["dtype"], r["buffer"], r["vec"], N.OPS.index(r["op"])): r for r in doc["kernels"]
             if r["strategy"] == "persistent"}

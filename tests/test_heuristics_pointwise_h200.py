@@ -9,7 +9,6 @@ median |error| <= 5% on memory-bound problems."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from calib.heuristics.predictor import q_of, q_of_values
 from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import R, recordings  # noqa: E402
+from h200_recordings import R, read_json, recordings  # noqa: E402
 
 RECORDINGS = recordings("pointwise", names="ABCDEFGHIJ")
 
@@ -70,7 +69,7 @@ def test_the_margins_are_what_the_recordings_give():
     margins behind fails here."""
     recordings = []
     for rec, prof in RECORDINGS.values():
-        rows = [r for r in json.loads((R / rec).read_text())["rows"] if r.get("times_us")]
+        rows = [r for r in read_json(R / rec)["rows"] if r.get("times_us")]
         recordings.append((rows, q_of(load_profile(R / prof, device=None, software=None))))
     margins = PW.demonstrated_margins(recordings)
     assert set(margins["ept"]) == set(PW.EPT_MARGIN) == {"launch", "l2", "dram"}

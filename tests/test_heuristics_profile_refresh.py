@@ -25,7 +25,7 @@ from calib.heuristics import predictor as P
 from calib.profile import Profile, load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import R, recordings  # noqa: E402
+from h200_recordings import R, read_json, recordings  # noqa: E402
 
 # every recording but W, each with the profile it ran with (Q and R since 105a37d): W (seed 19) missed the
 # worst-case bar live (0.843, tests/test_heuristics_live_h200.py says which problem), so no profile is
@@ -42,7 +42,7 @@ CAPACITY = "memory.l2.capacity_bytes"
 
 
 def _rows(rec: str) -> list:
-    return [r for r in json.loads((R / rec).read_text())["rows"] if r.get("times_us")]
+    return [r for r in read_json(R / rec)["rows"] if r.get("times_us")]
 
 
 def _profile(path, tmp_path=None, capacity_factor: float = 1.0):

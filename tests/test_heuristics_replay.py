@@ -61,6 +61,28 @@ def test_replay_reproduces_the_recorded_choices_and_their_times(recorded):
     assert "REPLAYED" in E.to_markdown(again)
 
 
+def test_a_gzip_compressed_recording_replays_as_the_plain_one(recorded, tmp_path, capsys):
+    """bench/results stores its recordings gzip-compressed (FILE.json.gz): the replay and
+    `calib heuristics evaluate --backend replay:FILE.json.gz` read one decompressed, to the same
+    evaluation as the plain file; a .gz that is no gzip file is one line and exit 2."""
+    import gzip
+
+    _, path = recorded
+    gz = tmp_path / "pointwise.json.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes(), compresslevel=9, mtime=0))
+    assert R.load(gz, "pointwise") == R.load(path, "pointwise")
+    plain = E.evaluate("pointwise", backend=f"replay:{path}")
+    again = E.evaluate("pointwise", backend=f"replay:{gz}")
+    assert again["rows"] == plain["rows"] and again["summary"] == plain["summary"]
+    assert main(["heuristics", "evaluate", "--kind", "pointwise", "--backend", f"replay:{gz}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == json.loads(json.dumps(plain["rows"], default=str))
+    bad = tmp_path / "plain.json.gz"
+    bad.write_bytes(path.read_bytes())
+    assert main(["heuristics", "evaluate", "--kind", "pointwise", "--backend", f"replay:{bad}"]) == 2
+    err = capsys.readouterr().err
+    assert "not a gzip file" in err and "plain.json.gz" in err and "Traceback" not in err
+
+
 def test_a_choice_outside_the_recorded_candidates_counts_as_failed(recorded, tmp_path):
     res, _ = recorded
     cut = json.loads(json.dumps(res))

@@ -34,11 +34,11 @@ from calib.heuristics.predictor import q_of
 from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import R, SEEDS, recordings  # noqa: E402
+from h200_recordings import R, SEEDS, read_json, recordings  # noqa: E402
 
 ROOT = R.parents[1]
 KERNELS = SK.load_batched_kernels(ROOT)
-SPLIT1_PROBES = (ROOT / SK.LT_PROBE_FILE, R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json")
+SPLIT1_PROBES = (ROOT / SK.LT_PROBE_FILE, R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json.gz")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def recorded():
     """(m, n, k, split) -> the recorded fp32 times of A-P, and seed -> its fp32 shapes."""
     times, shapes = collections.defaultdict(list), collections.defaultdict(set)
     for name, (rec, _) in recordings("matmul_splitk").items():
-        for r in json.loads((R / rec).read_text())["rows"]:
+        for r in read_json(R / rec)["rows"]:
             d = r["descriptor"]
             if d["dtype"] == "float32":
                 shapes[SEEDS[name]].add((d["m"], d["n"], d["k"]))
@@ -175,7 +175,7 @@ def _oracle(batched):
 
 def _row(name, m, n, k):
     rec, prof = (R / p for p in recordings("matmul_splitk")[name])
-    rows = json.loads(rec.read_text())["rows"]
+    rows = read_json(rec)["rows"]
     row = next(r for r in rows if (r["descriptor"]["m"], r["descriptor"]["n"], r["descriptor"]["k"]) == (m, n, k))
     return row, q_of(load_profile(prof, device=None, software=None))
 

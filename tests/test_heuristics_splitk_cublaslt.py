@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import json
 import math
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from calib.heuristics.predictor import q_of
 from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import R, SEEDS, recordings  # noqa: E402
+from h200_recordings import R, SEEDS, read_json, recordings  # noqa: E402
 
 ROOT = R.parents[1]
 PROBE = ROOT / SK.LT_PROBE_FILE
@@ -47,7 +46,7 @@ CHANGED = {"F": (0.993, 0.858), "H": (0.996, 0.845), "I": (0.996, 0.754), "L": (
 FELL = set("I")  # of CHANGED, lower with the oracle (see the test named below)
 MEETS_WORST = set("CDEFGKLNO")  # worst >= 0.85 with the oracle (F, L, O newly)
 MEETS_MEMORY_BOUND = set("ABFHIJKLN")  # memory-bound median <= 5% with the oracle (B newly)
-S4C4_PROBE = R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json"  # the fp32 shapes of M, N and O
+S4C4_PROBE = R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json.gz"  # the fp32 shapes of M, N and O
 _results: dict = {}
 
 
@@ -148,7 +147,7 @@ def test_the_memory_bound_median_moves_only_where_16_row_outputs_are_raised(orac
 def test_the_factors_are_the_fit_of_the_traced_kernels(oracle):
     doc = SK.load_split1()
     q = q_of(load_profile(ROOT / doc["profile"], device=None, software=None))
-    assert SK.fit_lt_factors(json.loads((ROOT / SK.KERNELS_FILE).read_text()), oracle, q) == SK.LT_KERNEL_FACTOR
+    assert SK.fit_lt_factors(read_json(ROOT / SK.KERNELS_FILE), oracle, q) == SK.LT_KERNEL_FACTOR
 
 
 def test_left_out_one_seed_at_a_time_only_i_falls_and_f_h_l_m_o_rise(oracle, monkeypatch):
@@ -156,13 +155,13 @@ def test_left_out_one_seed_at_a_time_only_i_falls_and_f_h_l_m_o_rise(oracle, mon
     over A-O: the held-out worst cases rise on F (0.712 -> 0.858), H (0.760 -> 0.845), L (0.735 ->
     0.894), M (0.685 -> 0.795) and O (0.796 -> 0.872), fall on I only (0.820 -> 0.754), the rest as
     without the oracle."""
-    kernels = json.loads((ROOT / SK.KERNELS_FILE).read_text())
+    kernels = read_json(ROOT / SK.KERNELS_FILE)
     doc = SK.load_split1()
     qt = q_of(load_profile(ROOT / doc["profile"], device=None, software=None))
     worst = {}
     for seed in sorted({SEEDS[n] for n in NAMES}):
         names = [n for n in NAMES if SEEDS[n] == seed]
-        loaded = {n: (json.loads((R / RECORDINGS[n][0]).read_text())["rows"],
+        loaded = {n: (read_json(R / RECORDINGS[n][0])["rows"],
                       load_profile(R / RECORDINGS[n][1], device=None, software=None)) for n in names}
         shapes = {(r["descriptor"]["m"], r["descriptor"]["n"], r["descriptor"]["k"])
                   for rows, _ in loaded.values() for r in rows if r["descriptor"]["dtype"] == "float32"}
@@ -188,7 +187,7 @@ def test_the_one_worst_case_the_choice_lowers_is_a_batched_misprediction(oracle)
     ridge, M's 32x4896x4096 had been another: split 4 predicted 59 us, ran 72; split 1 71 for 61.)"""
     slower = {}
     for name in NAMES:
-        rows = json.loads((R / RECORDINGS[name][0]).read_text())["rows"]
+        rows = read_json(R / RECORDINGS[name][0])["rows"]
         profile = load_profile(R / RECORDINGS[name][1], device=None, software=None)
         q = q_of(profile)
         for r in rows:

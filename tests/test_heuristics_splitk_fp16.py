@@ -30,13 +30,13 @@ from calib.profile import load_profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import fit_splitk_forests  # noqa: E402
-from h200_recordings import FOLDERS, TRAINING, R, recordings  # noqa: E402
+from h200_recordings import FOLDERS, TRAINING, R, read_json, recordings  # noqa: E402
 from test_heuristics_live_h200 import SHIPPED, UNSEEN  # noqa: E402
 
 ROOT = R.parents[1]
 CALL = R / "2026-12-02-h200-session6-call1"
-PROBES = (ROOT / SK.LT_PROBE_FILE, R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json",
-          R / "2026-12-02-h200-heuristics-s5c5/cublaslt-s5c5.json", CALL / "cublaslt-s6c1.json.gz",
+PROBES = (ROOT / SK.LT_PROBE_FILE, R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json.gz",
+          R / "2026-12-02-h200-heuristics-s5c5/cublaslt-s5c5.json.gz", CALL / "cublaslt-s6c1.json.gz",
           ROOT / SK.BATCHED_PROBE_FILE, CALL / "cublaslt-batched-s6c1.json.gz",
           R / "2026-12-02-h200-heuristics-s7c1/cublaslt-s7c1.json.gz",
           R / "2026-12-02-h200-heuristics-s7c1/cublaslt-batched-s7c1.json.gz")
@@ -135,7 +135,7 @@ def test_a_damaged_correction_file_is_named_in_the_error(tmp_path):
 
 def test_the_correction_applies_on_its_architecture_only_and_both_ways():
     q = q_of(load_profile(SHIPPED, device=None, software=None))
-    rows = json.loads((R / recordings("matmul_splitk", names="Z")["Z"][0]).read_text())["rows"]
+    rows = read_json(R / recordings("matmul_splitk", names="Z")["Z"][0])["rows"]
     factors = [SK.fp16_split1_log_factor(q, r["descriptor"]["m"], r["descriptor"]["n"], r["descriptor"]["k"])
                for r in rows if r["descriptor"]["dtype"] == "float16"]
     assert min(factors) < -0.05 and max(factors) > 0.05  # it lowers and raises
@@ -229,7 +229,7 @@ def test_the_live_seeds_memory_bound_median_meets_5_percent_with_it(seed):
     memory-bound median under 5%, where it was 5.4-6.9% live. (Seeds 32-37 ran with it: 3.5-5.7%.)"""
     folder, prof = UNSEEN[seed]
     q = q_of(load_profile(prof, device=None, software=None))
-    rows = json.loads((R / folder / "heuristics-matmul_splitk.json").read_text())["rows"]
+    rows = read_json(R / folder / "heuristics-matmul_splitk.json.gz")["rows"]
     live, now = [], []
     for r in rows:
         if not r["memory_bound"] or not r.get("predicted_us"):
@@ -254,7 +254,7 @@ def test_the_live_seeds_that_ran_with_the_single_tree_gain_on_their_fp16_rows(mo
     for seed in [str(s) for s in range(32, 42)]:
         folder, prof = UNSEEN[seed]
         q = q_of(load_profile(prof, device=None, software=None))
-        rows = json.loads((R / folder / "heuristics-matmul_splitk.json").read_text())["rows"]
+        rows = read_json(R / folder / "heuristics-matmul_splitk.json.gz")["rows"]
         now, live16, now16 = [], [], []
         for r in rows:
             if not r["memory_bound"] or not r.get("predicted_us"):

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import fit_splitk_forests  # noqa: E402
 from conftest import SESSION12_FP32_FOREST  # noqa: E402
-from h200_recordings import FOCUS, FOLDERS, TRAINING, R, assert_meets_every_bar, recordings  # noqa: E402
+from h200_recordings import FOCUS, FOLDERS, TRAINING, R, assert_meets_every_bar, read_json, recordings  # noqa: E402
 
 ROOT = R.parents[1]
 
@@ -177,8 +177,8 @@ def test_the_live_seeds_after_the_refit_replay_as_they_ran_and_meet_the_bars(see
     """Seeds 55-63 (session 12 call 4, split-K alone, unseen when they ran with the forests of 42-54 in
     the fit): replayed with their own cuBLASLt answers, the live numbers; every bar of issue 14 met on
     each but 63's worst case (0.838: fp32 32 x 2928 x 29184, split 1 against split 16)."""
-    path = R / S12C4 / f"splitk-seed{seed}" / "heuristics-matmul_splitk.json"
-    live = json.loads(path.read_text())
+    path = R / S12C4 / f"splitk-seed{seed}" / "heuristics-matmul_splitk.json.gz"
+    live = read_json(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         res = E.evaluate("matmul_splitk", backend=f"replay:{path}",
@@ -201,7 +201,7 @@ def test_the_live_seeds_after_the_refit_replay_as_they_ran_and_meet_the_bars(see
 def test_the_live_seeds_no_forest_was_fitted_on_meet_every_bar_with_the_new_forests(seed):
     """Seeds 55-63 replayed with the shipped forests and margins (neither fitted on them) and their own
     cuBLASLt answers: every bar of issue 14 on each, 63's worst case included (0.838 -> 0.924)."""
-    path = R / S12C4 / f"splitk-seed{seed}" / "heuristics-matmul_splitk.json"
+    path = R / S12C4 / f"splitk-seed{seed}" / "heuristics-matmul_splitk.json.gz"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         res = E.evaluate("matmul_splitk", backend=f"replay:{path}",

@@ -47,7 +47,7 @@ from calib.heuristics.predictor import q_of
 from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import FITTED, R, SEEDS, recordings  # noqa: E402
+from h200_recordings import FITTED, R, SEEDS, read_json, recordings  # noqa: E402
 
 ROOT = R.parents[1]
 
@@ -123,12 +123,12 @@ def test_outputs_of_48_columns_are_not_held_to_32_wide_simt_tiles(name, mnk, was
     assert abs(row["times_us"]["split=1"] / predicted - 1) < 0.10
 
 
-KERNELS = R / "2026-12-02-h200-splitk-kernels" / "kernels.json"
+KERNELS = R / "2026-12-02-h200-splitk-kernels" / "kernels.json.gz"
 
 
 def _fp32_split1(name):
     """(shape, recorded split-1 us) of a recording's fp32 problems, from the raw rows."""
-    rows = json.loads((R / RECORDINGS[name][0]).read_text())["rows"]
+    rows = read_json(R / RECORDINGS[name][0])["rows"]
     return [((r["descriptor"]["m"], r["descriptor"]["n"], r["descriptor"]["k"]), r["times_us"]["split=1"])
             for r in rows if r["descriptor"]["dtype"] == "float32"]
 
@@ -137,7 +137,7 @@ def test_split1_correction_file_is_the_fit_of_the_traced_kernels():
     doc = SK.load_split1()
     q = q_of(load_profile(ROOT / doc["profile"], device=None, software=None))
     assert doc["device"] == q.device_name == "NVIDIA H200"
-    assert SK.fit_split1_tree(json.loads((ROOT / doc["kernels"]).read_text()), q) == doc["tree"]
+    assert SK.fit_split1_tree(read_json(ROOT / doc["kernels"]), q) == doc["tree"]
 
 
 @pytest.mark.parametrize(("edit", "message"), [
@@ -172,7 +172,7 @@ def test_split1_correction_left_out_one_seed_at_a_time(monkeypatch, before_the_f
     """Fitted without a seed's shapes, the correction changes no choice's efficiency (every
     recording's choices as good as the plain model's) and lowers the fp32 split-1 median |error| on
     at least 10 of the 12 recordings (it did on 10: H and L rose)."""
-    kernels = json.loads(KERNELS.read_text())
+    kernels = read_json(KERNELS)
     doc = SK.load_split1()
     qt = q_of(load_profile(ROOT / doc["profile"], device=None, software=None))
     lowered = 0
@@ -181,7 +181,7 @@ def test_split1_correction_left_out_one_seed_at_a_time(monkeypatch, before_the_f
         q = q_of(profile)
         shapes = {s for n in RECORDINGS if SEEDS[n] == SEEDS[name] for s, _ in _fp32_split1(n)}
         held_out = dict(doc, tree=SK.fit_split1_tree(kernels, qt, exclude=shapes))
-        rows = json.loads((R / RECORDINGS[name][0]).read_text())["rows"]
+        rows = read_json(R / RECORDINGS[name][0])["rows"]
         errors, effs = {}, {}
         for which, d in (("plain", None), ("held_out", held_out)):
             monkeypatch.setitem(SK._split1, "doc", d)
@@ -200,7 +200,7 @@ ALL = recordings("matmul_splitk", names=FITTED + "M")  # M (seed 9) too: the mar
 
 def _rows_and_profile(name):
     rec, prof = (R / p for p in ALL[name])
-    return json.loads(rec.read_text())["rows"], load_profile(prof, device=None, software=None)
+    return read_json(rec)["rows"], load_profile(prof, device=None, software=None)
 
 
 def _fastest_predicted(d, profile):
@@ -255,10 +255,10 @@ def test_the_split_margin_left_out_one_seed_at_a_time(monkeypatch, before_the_fp
     MARGINS). Judged on the held-out seed, no problem runs slower than with the fastest prediction,
     I's 48x496x22016 and K's 48x6720x512 (0.725 and 0.892 of the best before) run faster, and the
     shipped SPLIT_MARGIN is in every fold's tie (the folds chose 0.81-0.90; 2026-12-02)."""
-    kernels = json.loads(KERNELS.read_text())
+    kernels = read_json(KERNELS)
     doc = SK.load_split1()
     qt = q_of(load_profile(ROOT / doc["profile"], device=None, software=None))
-    loaded = {n: (json.loads((R / rec).read_text())["rows"], load_profile(R / prof, device=None, software=None))
+    loaded = {n: (read_json(R / rec)["rows"], load_profile(R / prof, device=None, software=None))
               for n, (rec, prof) in SEEN.items()}
     better, chosen = set(), {}
     for seed in sorted(set(SEEDS[n] for n in SEEN)):

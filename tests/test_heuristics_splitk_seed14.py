@@ -24,7 +24,6 @@ bench/results/2026-12-02-h200-heuristics-s5c4/seed14/), against the recorded dat
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import sys
@@ -41,16 +40,16 @@ from calib.heuristics.predictor import q_of
 from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import FOLDERS, R, recordings  # noqa: E402
+from h200_recordings import FOLDERS, R, read_json, recordings  # noqa: E402
 
-PROBES = (R / "2026-12-02-h200-cublaslt/cublaslt.json.gz", R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json")
+PROBES = (R / "2026-12-02-h200-cublaslt/cublaslt.json.gz", R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json.gz")
 TINY = {"m": 16, "n": 80, "k": 768, "dtype": "float32"}
 _results: dict = {}
 
 
 def _rows(name):
     rec, _ = recordings("matmul_splitk", names=name)[name]
-    return json.loads((R / rec).read_text())["rows"]
+    return read_json(R / rec)["rows"]
 
 
 def _q(name):
@@ -140,7 +139,7 @@ def test_the_memory_bound_errors_share_no_bias_to_remove():
 
 
 def test_the_small_grid_reduction_slope_is_the_fit_of_the_traced_kernels():
-    kernels = json.loads((R.parents[1] / SK.KERNELS_FILE).read_text())
+    kernels = read_json(R.parents[1] / SK.KERNELS_FILE)
     assert round(SK.fit_reduce_slope(kernels), 4) == SK.LT_REDUCE_US_PER_SPLIT
     assert SK.lt_reduce_us(16, 16, SK.LT_REDUCE_REF_SPLIT) == SK.INTERNAL_SPLIT_US
     assert SK.lt_reduce_us(16, 16, 132) == pytest.approx(SK.INTERNAL_SPLIT_US + 96 * SK.LT_REDUCE_US_PER_SPLIT)
@@ -151,7 +150,7 @@ def test_the_small_grid_reduction_left_out_one_seed_at_a_time(monkeypatch):
     """The slope and LT_KERNEL_FACTOR refitted without each seed's shapes (A-P: the recordings both Lt
     probes cover), against the same refit with no slope: the held-out memory-bound median falls on
     B, E, F, G, H, I, J and L, rises nowhere, and no geomean or worst case moves."""
-    kernels = json.loads((R.parents[1] / SK.KERNELS_FILE).read_text())
+    kernels = read_json(R.parents[1] / SK.KERNELS_FILE)
     doc = SK.load_split1()
     qt = q_of(load_profile(R.parents[1] / doc["profile"], device=None, software=None))
     oracle = {}

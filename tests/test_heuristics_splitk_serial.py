@@ -23,13 +23,13 @@ from calib.heuristics.predictor import q_of
 from calib.profile import load_profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from h200_recordings import R, assert_meets_every_bar, recordings  # noqa: E402
+from h200_recordings import R, assert_meets_every_bar, read_json, recordings  # noqa: E402
 
 ROOT = R.parents[1]
 CALL = R / "2026-12-02-h200-session6-call1"
-TRACED = json.loads((CALL / "kernels-s6c1.json").read_text())
-PROBES = (ROOT / SK.LT_PROBE_FILE, R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json",
-          R / "2026-12-02-h200-heuristics-s5c5/cublaslt-s5c5.json", CALL / "cublaslt-s6c1.json.gz",
+TRACED = read_json(CALL / "kernels-s6c1.json.gz")
+PROBES = (ROOT / SK.LT_PROBE_FILE, R / "2026-12-02-h200-heuristics-s4c4/cublaslt-s4c4.json.gz",
+          R / "2026-12-02-h200-heuristics-s5c5/cublaslt-s5c5.json.gz", CALL / "cublaslt-s6c1.json.gz",
           ROOT / SK.BATCHED_PROBE_FILE, CALL / "cublaslt-batched-s6c1.json.gz",
           R / "2026-12-02-h200-heuristics-s7c1/cublaslt-s7c1.json.gz",
           R / "2026-12-02-h200-heuristics-s7c1/cublaslt-batched-s7c1.json.gz")

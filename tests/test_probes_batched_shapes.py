@@ -3,7 +3,6 @@ the committed split-K evaluations whose split ran within 1.3x of the problem's b
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 import probes  # noqa: E402
-from h200_recordings import R, recordings  # noqa: E402
+from h200_recordings import R, read_json, recordings  # noqa: E402
 
 
 def test_batched_shapes_are_the_recorded_fp32_splits_near_the_best():
@@ -24,7 +23,7 @@ def test_batched_shapes_are_the_recorded_fp32_splits_near_the_best():
     # every pair is an fp32 problem of A-P whose split ran within 1.3x of its best, and no fp16 one
     near = set()
     for rec, _ in recordings("matmul_splitk").values():
-        for r in json.loads((R / rec).read_text())["rows"]:
+        for r in read_json(R / rec)["rows"]:
             d = r["descriptor"]
             for key, us in r["times_us"].items():
                 s = int(key.split("=")[1])

@@ -32,7 +32,7 @@ def add_heuristics_parser(sub):
     e.add_argument("--seed", type=cli_args.non_negative_int, default=0)
     e.add_argument("--backend", type=_backend, default="auto",
                    help="auto, cupy, sim, or replay:FILE.json (every candidate's time from an evaluation "
-                   "recorded on a GPU with --out)")
+                   "recorded on a GPU with --out; FILE.json.gz is read decompressed)")
     e.add_argument("--sim-spec", metavar="FILE")
     e.add_argument("--profile", metavar="PATH", help="the profile the heuristics read (default: the lookup order; "
                    "on the simulated device, a simulated calibration of it)")

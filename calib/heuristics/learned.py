@@ -69,7 +69,7 @@ NAME = re.compile(r"[a-z0-9_]+")  # fullmatch: "a\n" is no name ($ matched befor
 # runs CUB's DeviceReduce (CUB is CuPy's default accelerator on CUDA, cupy/_core/_accelerator.pyx): two
 # kernels, 4096-item tiles of float32 on SM90 (CCCL 3.1 tuning_reduce.cuh Policy600), the last partial
 # tile reduced in a guarded loop of 256 items an iteration (agent_reduce.cuh). On all eight H200
-# recordings of 2026-12-01 (bench/results/2026-12-01-h200-heuristics-*/heuristics-learned.json) it took
+# recordings of 2026-12-01 (bench/results/2026-12-01-h200-heuristics-*/heuristics-learned.json.gz) it took
 # 5.82-6.18 us at 477 kB (2 iterations) and 6.0-6.6 us at 64 and 175 kB (15 and 11); learned at 735 kB
 # alone (15 iterations), t0 sat near the band's top and 477 kB missed by 11-13% on F and G.
 # Why bands this wide (x/1.6 for the launch-bound size, x/1.45 for the others; until 2026-12-03 all

@@ -3,11 +3,11 @@
 changed and judged against real measurements on a machine without one (as Kernel Tuner's
 simulation mode replays its cache files).
 
-``calib heuristics evaluate --kind K --backend replay:FILE.json`` evaluates the current heuristic,
-baseline and predictor on the file's problems; a choice that was not among the recorded candidates
-cannot be timed and counts as failed (the report says how many), and a problem that failed on the
-GPU stays a failed problem. The numbers are the recorded
-device's, with its fingerprint; the output says it is a replay.
+``calib heuristics evaluate --kind K --backend replay:FILE.json`` (or a gzip-compressed FILE.json.gz,
+as bench/results stores them) evaluates the current heuristic, baseline and predictor on the file's
+problems; a choice that was not among the recorded candidates cannot be timed and counts as failed
+(the report says how many), and a problem that failed on the GPU stays a failed problem. The numbers
+are the recorded device's, with its fingerprint; the output says it is a replay.
 """
 
 from __future__ import annotations

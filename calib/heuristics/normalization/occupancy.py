@@ -34,7 +34,7 @@ REGS_SPREAD = 4.0  # registers a kernel's count may differ from the rule by (hal
 # Which block sizes launch is the compiler's, not the rule's: the driver's register count of every
 # persistent kernel (cupy.RawKernel.num_regs: NVRTC 13.0 for sm_90 through CuPy 14.2.0, driver
 # 580.159.04, on an H200, 2026-12-03; `bench/probes.py norm-registers`, committed in
-# bench/results/2026-12-03-h200-heuristics-s10/norm-registers.json) by (dtype, BUF, VEC, OP). Of the 122
+# bench/results/2026-12-03-h200-heuristics-s10/norm-registers.json.gz) by (dtype, BUF, VEC, OP). Of the 122
 # kernels, the rule + REGS_SPREAD misjudged launchability at 256-1024 threads for six, all at 1024 and
 # all compiled to 63-64 registers where the rule says 61.9-62.7 (fp32 softmax v1 x 16, v4 x 32; fp16
 # softmax and layer norm, the same two), and it called none launchable that the driver refused (fp32

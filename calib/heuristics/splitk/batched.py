@@ -49,8 +49,8 @@ from .problem import RATE, SplitKDescriptor
 # time - the model's copy and splitk_sum - the traced GEMM) over the 571 traced pairs' recordings
 # (the GEMM's launch gap in the three-kernel sequence; 2.64 us over the first 290).
 BATCHED_PROBE_FILE = "bench/results/2026-12-02-h200-splitk-batched/cublaslt-batched-all.json.gz"
-BATCHED_KERNELS_FILES = ("bench/results/2026-12-02-h200-splitk-batched/splitk-batched-kernels-0.json",
-                         "bench/results/2026-12-02-h200-splitk-batched/splitk-batched-kernels-1.json")
+BATCHED_KERNELS_FILES = ("bench/results/2026-12-02-h200-splitk-batched/splitk-batched-kernels-0.json.gz",
+                         "bench/results/2026-12-02-h200-splitk-batched/splitk-batched-kernels-1.json.gz")
 # Used everywhere but for tiled grids that are resident at once with at most one CTA per SM, which fall
 # back to the fastest configuration. With every recorded split probed, the replay (both Lt probes as
 # oracle, margin 0.84) with the choice everywhere raises or keeps every recording's worst case but I's,
@@ -83,11 +83,13 @@ BATCHED_FACTOR = {"20": (1.0, 1.2), "20:128x256": (0.98, 0.5), "20:32x128": (1.0
 
 def load_batched_kernels(root=None) -> dict:
     """The traced batched kernels of BATCHED_KERNELS_FILES, one "shapes" mapping ("MxNxK/split" ->
-    launches; the two device calls traced disjoint halves of the 571 pairs)."""
+    launches; the two device calls traced disjoint halves of the 571 pairs; stored gzip-compressed)."""
+    from ..registry import HeuristicError, read_text
+
     root = Path(__file__).resolve().parents[3] if root is None else Path(root)
     shapes: dict = {}
     for f in BATCHED_KERNELS_FILES:
-        shapes.update(json.loads((root / f).read_text())["shapes"])
+        shapes.update(json.loads(read_text(root / f, "traced batched kernels", HeuristicError))["shapes"])
     return shapes
 
 

@@ -40,7 +40,7 @@ from .split1_tree import LAUNCH_GAP_US, _two_pass
 #   scheduler hands CTAs to SMs as they free, and the fraction stays.
 LT_SWIZZLED_ALGOS = (20,)
 LT_FACTOR_MIN_SHAPES = 10
-KERNELS_FILE = "bench/results/2026-12-02-h200-splitk-kernels/kernels.json"
+KERNELS_FILE = "bench/results/2026-12-02-h200-splitk-kernels/kernels.json.gz"
 LT_PROBE_FILE = "bench/results/2026-12-02-h200-cublaslt/cublaslt.json.gz"
 # fit_lt_factors(kernels.json, load_probe(cublaslt.json.gz), the profile of splitk_fp32_split1.json), with
 # the reduction of lt_reduce_us (before it: "20" 0.944, "20:128x32" 0.973, "20:32x128" 1.003, "20:64x64" 0.907)

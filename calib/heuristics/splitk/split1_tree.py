@@ -18,7 +18,7 @@ DATA_DIR = Path(__file__).parent.parent
 
 
 # cuBLAS's fp32 split-1 time where it is faster than the fastest configuration of gemm.py says (H200,
-# 2026-12-02, bench/results/2026-12-02-h200-splitk-kernels/kernels.json: all 455 distinct fp32 GEMMs
+# 2026-12-02, bench/results/2026-12-02-h200-splitk-kernels/kernels.json.gz: all 455 distinct fp32 GEMMs
 # of recordings A-L traced, 5 launches each). The kernels' summed time plus 3.2 us is the recorded
 # split-1 time (median recorded - traced 3.0-3.4 us below 100 us on every recording, ratio
 # 1.005-1.018 above it), so the traced times are cuBLAS's times. Which kernel cuBLAS runs could not be
