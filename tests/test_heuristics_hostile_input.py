@@ -303,6 +303,82 @@ def test_the_review_names_a_file_that_is_no_evaluation(content, why, tmp_path):
         review.load(f)
 
 
+@pytest.fixture(scope="module")
+def evaluation_file(tmp_path_factory):
+    """A small evaluation as `calib heuristics evaluate --out` writes it (strict JSON)."""
+    res = E.evaluate("pointwise", count=6, seed=4)
+    return json.loads(json.dumps(res, allow_nan=False, default=str))
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda r: r["rows"][0].update(best_us="x"), r"rows\[0\].best_us is 'x', not a positive number"),
+    (lambda r: r["rows"][1].update(heuristic_us=0), r"rows\[1\].heuristic_us is 0, not a positive number"),
+    (lambda r: r["rows"][0].update(heuristic_us=True), r"rows\[0\].heuristic_us is True"),
+    (lambda r: r["rows"].insert(0, 5), r"rows\[0\] is not a problem's row"),
+    (lambda r: r["rows"][0].update(predicted_ci95=[1.0]), r"rows\[0\].predicted_ci95 is \[1.0\], not a pair"),
+    (lambda r: r["rows"][0].update(predicted_pi95=[9.0, 1.0]), "predicted_pi95 is .*not a pair"),
+    (lambda r: r["rows"][0].update(best_us=None), r"rows\[0\] times the heuristic's choice but has no best_us"),
+    (lambda r: r["rows"][0].update(predicted_us="INF"), "Infinity is not a number JSON allows"),
+    (lambda r: r["summary"].pop("heuristic"), "summary.heuristic is None, not an object"),
+    (lambda r: r["summary"]["baseline"].update(geomean_efficiency="high"), "summary.baseline has n = .* numbers"),
+    (lambda r: r["prediction"]["all"].update(median_abs_rel_error=None), "prediction.all has n = .* numbers"),
+    (lambda r: r["prediction"]["memory_bound"].update(pi95_contains_measured="most"), "coverage that is no number"),
+    (lambda r: r.pop("wall_s"), "lacks wall_s"),
+    (lambda r: r.update(evaluated=True), "lacks evaluated"),
+])
+def test_the_review_names_what_is_wrong_inside_an_evaluation_never_a_traceback(evaluation_file, tmp_path, edit,
+                                                                                why):
+    """The notebook's figures and to_markdown had ended in a TypeError, KeyError, AttributeError or
+    IndexError on such a file (a time that is a string, a row that is no object, a one-sided interval,
+    a summary or a top-level field left out): each is now one ReviewError naming the field."""
+    from calib.heuristics import review
+
+    bad = json.loads(json.dumps(evaluation_file))
+    edit(bad)
+    f = tmp_path / "res.json"
+    f.write_text(json.dumps(bad).replace('"INF"', "Infinity"))
+    with pytest.raises(review.ReviewError, match=f"res.json.*{why}"):
+        review.load(f)
+
+
+def test_an_evaluation_the_review_accepts_it_also_draws_and_prints(evaluation_file, tmp_path):
+    """The checks let through what evaluate writes (a problem with no timed choice, null times, a coverage of
+    None), and the figures and to_markdown read such a file without error."""
+    from calib.heuristics import review
+
+    good = json.loads(json.dumps(evaluation_file))
+    good["rows"][0].update(heuristic_us=None, baseline_us=None, predicted_ci95=None)
+    good["prediction"]["all"]["interval_contains_measured"] = None
+    f = tmp_path / "res.json"
+    f.write_text(json.dumps(good))
+    res = review.load(f)
+    assert review.efficiency_figure(res).axes and review.prediction_figure(res).axes
+    assert "no finite 95% interval" in E.to_markdown(res)
+
+
+def test_every_committed_recording_passes_the_reviews_checks():
+    """The checks are of what evaluate and learned_eval write: every evaluation under bench/results loads, and
+    every learned one of a versioned format (the first ten, of 2026-12-01/02, have none and are refused by
+    version, as before)."""
+    from pathlib import Path
+
+    from calib.heuristics import review
+
+    root = Path(__file__).resolve().parents[1] / "bench" / "results"
+    files = sorted(root.glob("**/heuristics-*.json.gz"))
+    unversioned = []
+    for f in files:
+        if "learned" not in f.name:
+            assert review.load(f)["rows"], f
+            continue
+        try:
+            assert review.load_learned(f)["ops"], f
+        except review.ReviewError as exc:
+            assert "has version None" in str(exc), exc
+            unversioned.append(f)
+    assert len(files) > 300 and len(unversioned) == 10
+
+
 def test_a_byte_order_mark_does_not_spoil_the_first_line(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_bytes(b"\xef\xbb\xbf" + b'{"op": "add", "n": 4096}\n')

@@ -437,6 +437,32 @@ def test_the_review_draws_the_learned_evaluation_with_its_interval(tmp_path):
     assert len(fig.axes) == 3 and f"cupy_sum: p90 {p90:.1%}" in fig.axes[1].get_title()
 
 
+@pytest.mark.parametrize("edit, why", [
+    (lambda d: d["ops"]["cupy_sum"]["measured_us"].pop(), r"ops\['cupy_sum'\].measured_us is not 34 positive"),
+    (lambda d: d["ops"]["cupy_sum"]["predicted_us"].__setitem__(3, -1.0), "predicted_us is not 34 positive"),
+    (lambda d: d["ops"]["cupy_sum"]["pi95_us"].__setitem__(0, [2.0]), r"pi95_us is not 34 pairs"),
+    (lambda d: d["ops"]["cupy_sum"]["learned"].pop("p90"), "learned is not its median, p90 and worst"),
+    (lambda d: d["ops"]["cupy_sum"].pop("roofline"), "roofline is not its median"),
+    (lambda d: d["ops"]["cupy_sum"]["interval_coverage"].update(flags="rough"), "interval_coverage is not"),
+    (lambda d: d["ops"].update(cupy_sum=[1]), r"ops\['cupy_sum'\] is not an object"),
+    (lambda d: d["sizes_bytes"].__setitem__(0, "64k"), "sizes_bytes holds what is no positive number"),
+])
+def test_the_review_names_what_is_wrong_inside_a_learned_evaluation(tmp_path, edit, why):
+    """learned_figure and learned_eval.to_markdown had ended in a TypeError or KeyError on such a file (a time
+    list one short, a negative time, a one-sided interval, an error summary left out): one ReviewError each."""
+    import gzip
+
+    from calib.heuristics import review
+
+    live = R / "2026-12-07-h200-s22" / "heuristics-seed124" / "heuristics-learned.json.gz"  # with pi95_us
+    doc = json.loads(gzip.decompress(live.read_bytes()))
+    edit(doc)
+    path = tmp_path / "l.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(review.ReviewError, match=f"l.json.*{why}"):
+        review.learned_figure(path)
+
+
 @pytest.mark.parametrize("content, why", [
     ('{"format": "calib.heuristics.evaluation", "version": 1}', "not a learned predictor's evaluation"),
     ('{"format": "calib.heuristics.learned_evaluation", "version": 9}', "version 9"),
