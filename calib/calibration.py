@@ -354,17 +354,22 @@ def _write_whole(path: Path, data: bytes):
 def read_fragment(path) -> dict:
     """A fragment document, checked: whatever reads it (``calib merge``, ``calib show``, the
     report, ``calib run``'s merge) can use its fields without guarding each, and a corrupt or
-    hand-edited file stops with a ProfileError that names the file and the field."""
+    hand-edited file stops with a ProfileError that names the file and the field. A fragment is
+    written as strict JSON (:func:`write_fragment`), so NaN, Infinity or 1e400 in one is no calib's:
+    read as a float, it passed here and ended ``calib merge`` (and a run's merge) in the profile's
+    strict dump, a ValueError traceback, with the profile not written. A key written twice is refused
+    too: json.loads kept the second in silence."""
+    from . import strict_json
     from .profile import _read_bytes
 
     path = Path(path)
     data = _read_bytes(path, "fragment")  # a regular file of bounded size: a FIFO named fragment-*.json hung
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = strict_json.loads(data.decode("utf-8"), object_pairs_hook=strict_json.unique_keys)
     except RecursionError:
         raise ProfileError(f"fragment {path} nests lists or objects too deeply to be a fragment") from None
-    except ValueError as exc:  # bad JSON or bad UTF-8
-        raise ProfileError(f"fragment {path} cannot be read: {exc}") from None
+    except ValueError as exc:  # bad JSON, bad UTF-8, NaN, a number past a float's range, a key twice
+        raise ProfileError(f"fragment {path} cannot be read: {str(exc)[:200]}") from None
     if not isinstance(doc, dict) or doc.get("schema") != FRAGMENT_SCHEMA:
         raise ProfileError(f"fragment {path} is not a {FRAGMENT_SCHEMA} document")
     for key in ("params", "failures", "device", "software", "session"):

@@ -75,7 +75,15 @@ def device_limits(device: dict | None) -> dict[str, dict]:
     if sms and clock and lanes:
         out["fp32_tflops"] = {"value": sms * lanes * 2 * clock * 1e6 / 1e12, "unit": "TFLOP/s",
                               "formula": f"{sms:g} SMs × {lanes:g} lanes × 2 × {clock:g} MHz"}
-    return out
+    return {key: limit for key, limit in out.items() if _usable(limit["value"])}
+
+
+def _usable(limit: float) -> bool:
+    """Whether a limit multiplied out of a fingerprint is a number to compare with: each property is
+    finite, but their product may not be (``max_sm_mhz`` 1e300 from a hand-edited fragment or a
+    simulated-device spec gave an infinite FP32 limit, written into every record's diagnostics, and
+    the profile's strict dump ended the merge in a ValueError), or may round to 0 (a division by it)."""
+    return math.isfinite(limit) and limit > 0
 
 
 def limit_for(name: str, limits: dict) -> dict | None:
@@ -113,8 +121,12 @@ def annotate(params: dict, device: dict | None) -> dict:
         if diagnostics is None:
             out[name] = record
             continue
+        ratio = value / limit["value"]
+        if not math.isfinite(ratio):  # a tiny limit (a clock of 1e-300 MHz): no ratio JSON can hold
+            out[name] = record
+            continue
         diagnostics["limit"] = limit["value"]
-        diagnostics["ratio_to_limit"] = value / limit["value"]
+        diagnostics["ratio_to_limit"] = ratio
         record["diagnostics"] = diagnostics
         flags = record.get("flags")
         if isinstance(flags, (list, tuple)):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 
+from .errors import CalibError
+
 
 def no_constant(token: str):
     """json's ``parse_constant``: NaN, Infinity and -Infinity are refused (ValueError)."""
@@ -34,3 +36,19 @@ def finite(value) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+class DuplicateKeyError(CalibError, ValueError):
+    """A JSON object that names one key twice (json.loads keeps the last in silence)."""
+
+
+def unique_keys(pairs) -> dict:
+    """``object_pairs_hook`` for json.loads: the object, or DuplicateKeyError naming the key written
+    twice (``{"n": 1, "n": 2}`` was the problem n = 2, and ``{"vec": 4, "vec": 8}`` an override of 8)."""
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        seen = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        shown = json.dumps(twice if len(twice) <= 40 else twice[:20] + "...")
+        raise DuplicateKeyError(f"key {shown} appears twice in one object")
+    return out

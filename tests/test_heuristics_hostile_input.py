@@ -482,9 +482,10 @@ def test_an_empty_problems_path_is_an_error_not_the_generator(capsys):
     assert code == 2 and "--problems: the path is empty" in err and out == ""
 
 
-@pytest.mark.parametrize("option", ["--out", "--profile"])
+@pytest.mark.parametrize("option", ["--out", "--profile", "--db"])
 def test_an_empty_out_or_profile_path_is_an_error_not_the_option_left_out(option, capsys):
-    """An empty --out wrote nothing and exited 0; an empty --profile evaluated on the default profile."""
+    """An empty --out wrote nothing and exited 0; an empty --profile evaluated on the default profile;
+    an empty --db (``--db "$UNSET"``) recorded the simulated searches in the user's autotune database."""
     code, out, err = _cli(capsys, "--kind", "pointwise", "--count", "1", "--backend", "sim", option, " ")
     assert code == 2 and f"{option}: the path is empty" in err and out == "" and len(err.splitlines()) == 1
 

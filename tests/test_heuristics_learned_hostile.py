@@ -209,6 +209,7 @@ def test_the_tuning_database_route_names_a_corrupt_file_another_device_and_the_f
     (["--points", "0"], "must be at least 1"), (["--points", "1"], "at least 2 sizes"),
     (["--max-bytes", "0"], "must be at least"), (["--max-bytes", "nan"], "not a finite number"),
     (["--out", "/nonexistent/dir/x"], "does not exist"),
+    (["--out", ""], "--out: the path is empty"),  # --out "$UNSET" measured everything and wrote nothing
 ])
 def test_the_library_op_evaluation_refuses_bad_arguments_in_one_line(argv, why, capsys):
     from calib.heuristics import learned_eval

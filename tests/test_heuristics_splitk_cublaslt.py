@@ -275,6 +275,14 @@ HEAD = '{"format": "calib.cublaslt-probe", "format_version": 1, '  # a probe fil
      "tile must be"),
     (HEAD + '"device": "NVIDIA H200", "shapes": {"1x2x3": {"m": 1, "n": 2, "k": 3, "results": '
      '[{"tile": "64x64", "algo_id": 20, "splitk": 0}]}}}', "splitk"),
+    # each had ended the load in an OverflowError, a ValueError that is no HeuristicError, an
+    # AttributeError, or (the key twice) kept the second shape in silence
+    (HEAD + '"device": "NVIDIA H200", "shapes": {"1x2x3": {"m": 1, "n": 2, "k": Infinity, "results": []}}}',
+     "not JSON .Infinity is not a number JSON allows"),
+    (HEAD + '"device": "NVIDIA H200", "version": ' + "9" * 5000 + ', "shapes": {}}', "not JSON .Exceeds the limit"),
+    (HEAD + '"device": "NVIDIA H200", "shapes": {"1x2x3": {"m": 1, "n": 2, "k": 3, "results": [7]}}}',
+     "'results' must hold objects, not int"),
+    (HEAD + '"device": "NVIDIA H200", "device": "NVIDIA H100", "shapes": {}}', 'key "device" appears twice'),
 ])
 def test_a_corrupt_probe_file_is_a_clear_error_naming_it(tmp_path, text, message):
     p = tmp_path / "probe.json"

@@ -2,6 +2,7 @@
 a profile whose fingerprint differs from this machine's says which fields and suggests `calib verify`."""
 
 import json
+import math
 import time
 import warnings
 
@@ -39,6 +40,17 @@ def test_a_fingerprint_without_the_properties_has_no_limit_and_an_unknown_archit
     assert limits.device_limits({**H200, "compute_capability": "8.0"})["fp32_tflops"]["value"] == pytest.approx(
         132 * 64 * 2 * 1980e6 / 1e12)  # an A100's SM has 64 FP32 lanes
     assert "dram_gbps" not in limits.device_limits({**H200, "memory_clock_mhz": True})
+
+
+@pytest.mark.parametrize("field, value", [("max_sm_mhz", 1e300), ("memory_clock_mhz", 1e300),
+                                          ("memory_clock_mhz", 5e-324)], ids=["fp32-inf", "dram-inf", "dram-zero"])
+def test_a_limit_past_a_floats_range_is_no_limit_and_a_merge_still_writes_the_profile(tmp_path, field, value):
+    """Each property finite, their product infinite (or 0): the infinite limit went into the records'
+    diagnostics and the profile's strict dump ended ``calib merge`` in a ValueError."""
+    device = {**H200, field: value}
+    assert all(math.isfinite(v["value"]) and v["value"] > 0 for v in limits.device_limits(device).values())
+    p = merge_into(tmp_path / "p.json", {READ: _rec(4000.0), FP32: _rec(60.0, "TFLOP/s")}, device=device, software=SW)
+    assert read_profile(p.path).query(READ) == 4000.0
 
 
 def test_the_simulated_device_records_what_the_limits_need_and_its_truth_is_below_them():

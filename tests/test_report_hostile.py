@@ -59,8 +59,15 @@ def test_the_report_escapes_every_text_from_files(tmp_path):
     b'{"schema": "calib.fragment/1", "params": {}, "note": 5}',
     b"[" * 100000,
     b'{"schema": "calib.fragment/1", "params": {}, "timings_s": {"measure": 1' + b"0" * 400 + b"}}",
+    # NaN, Infinity and 1e400 are no JSON calib writes; read as floats they ended the merge in the
+    # profile's strict dump (a ValueError traceback), from any field, the device's name included
+    json.dumps(_fragment(device={**DEVICE, "name": float("nan")})).encode(),
+    json.dumps(_fragment()).replace('"n": 8', '"n": 8, "r2": Infinity').encode(),
+    json.dumps(_fragment()).replace('"n": 8', '"n": 8, "diagnostics": {"curvature_p": 1e400}').encode(),
+    json.dumps(_fragment()).replace('"n": 8', '"n": 8, "n": 9').encode(),
 ], ids=["binary", "truncated", "list", "params-list", "bad-record", "device-text", "failures-list",
-        "session-bad", "note-number", "deep", "timing-too-large"])
+        "session-bad", "note-number", "deep", "timing-too-large", "nan-device-name", "infinite-r2",
+        "diagnostic-past-float", "key-twice"])
 def test_corrupt_fragments_are_refused_in_one_line_with_exit_2(tmp_path, capsys, fragment):
     f = tmp_path / "fragment-registers.json"
     f.write_bytes(fragment)

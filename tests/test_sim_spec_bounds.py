@@ -27,10 +27,35 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
     ({"params": {"memory.dram.read_bandwidth_gbps": 1e-300}}, "outside what any GPU's profile holds"),
     ({"device": {"l2_bytes": 4 * 2**20}, "params": {ch.CAPACITY: 40e6}}, "more than the device's L2"),
     ({"device": {"l2_bytes": 4 * 2**20}, "params": {ch.CAPACITY: 3e6, ch.RAMP_END: 2e6}}, "must exceed"),
+    # past these a run failed every notebook (sm_count, the name) or lost its profile at the end
+    ({"device": {"max_sm_mhz": 1e300}}, r"device.max_sm_mhz is 1e\+300: more than any GPU has"),
+    ({"device": {"sm_count": 10**40}}, "sm_count is an integer of 41 digits: more than any GPU has"),
+    ({"pace_s": 1e300}, "at most 60 seconds a point"),
+    ({"noise": {"outlier_scale": 1e308}}, "outlier_scale must be at most 1000"),
+    ({"name": "\ud800"}, "is not UTF-8 text"),
+    ({"name": "x" * 200}, "200 characters long; at most 106"),
 ])
 def test_an_implausible_spec_is_refused_by_name(spec, why):
     with pytest.raises(SimSpecError, match=why):
         load_spec(spec)
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"noise": {"seed": %s}}' % ("1" * 5000), "Exceeds the limit"),  # a ValueError traceback
+    ('{"device": {"sm_count": 10, "sm_count": 132}}', 'key "sm_count" appears twice'),  # the second, in silence
+    ('{"noise": {"rel_sd": NaN}}', "NaN is not a number JSON allows"),
+])
+def test_a_spec_file_json_reads_loosely_is_refused_by_name(tmp_path, text, why):
+    spec = tmp_path / "spec.json"
+    spec.write_text(text)
+    with pytest.raises(SimSpecError, match=f"spec {spec} is not valid JSON: {why}"):
+        load_spec(spec)
+
+
+def test_a_spec_file_with_a_byte_order_mark_is_read(tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_bytes(b"\xef\xbb\xbf" + json.dumps({"device": {"sm_count": 20}}).encode())
+    assert load_spec(spec)["device"]["sm_count"] == 20
 
 
 def test_the_planted_l2_follows_the_specs_l2_where_the_spec_plants_none():

@@ -54,6 +54,11 @@ HOSTILE_LINES = [
      "longer than 64"),
     ("calibration name a lone surrogate", 'sm_90\t132\tNVIDIA H200\t{"calibration":"mem\\ud800"}\t{}\t1.0',
      "calibration name .* cannot be stored as UTF-8"),
+    # json.loads kept the second of a key written twice: a hand-edited line imported another config
+    ("config key twice", 'sm_90\t132\tNVIDIA H200\t{"calibration":"memory_bandwidth","size_bytes":1,"size_bytes":2}'
+     '\t{}\t1.0', 'the config: key "size_bytes" appears twice'),
+    ("perf_config key twice", f'sm_90\t132\tNVIDIA H200\t{CONFIG}\t{{"tile":64,"tile":128}}\t1.0',
+     'the perf_config: key "tile" appears twice'),
 ]
 
 
@@ -86,7 +91,10 @@ def test_a_bad_line_refuses_the_whole_file_and_leaves_the_database_as_it_was(db_
     (TSV_MAGIC.encode() + b"\n", "line 2: expected the columns"),
     (HEAD.encode() + GOOD[0].encode() + b"\n" + GOOD[1].replace("H200", "H\xb5").encode("latin-1") + b"\n",
      "line 4: not UTF-8"),
-], ids=["empty", "no magic", "newer version", "wrong columns", "no header", "non-UTF-8"])
+    # int() of over 4300 digits raised ValueError: a traceback, not the upgrade hint
+    (b"# calib winners v" + b"9" * 5000 + b"\n" + "\t".join(TSV_HEADER).encode() + b"\n",
+     "v999999999999, written by a newer calib.*: upgrade calib"),
+], ids=["empty", "no magic", "newer version", "wrong columns", "no header", "non-UTF-8", "version of 5000 digits"])
 def test_a_bad_file_is_refused_with_its_line(tmp_path, content, message):
     url = sqlite_url(tmp_path / "db.sqlite")
     store = Store(url)
@@ -95,6 +103,14 @@ def test_a_bad_file_is_refused_with_its_line(tmp_path, content, message):
     with pytest.raises(StoreError, match=message):
         import_tsv(store, path)
     assert _counts(url) == (0, 0, 0)
+
+
+def test_a_winners_file_with_a_byte_order_mark_imports(tmp_path):
+    """A Windows editor's byte-order mark before the magic line had made the file "not a calib winners file"."""
+    store = Store(sqlite_url(tmp_path / "db.sqlite"))
+    path = tmp_path / "bom.tsv"
+    path.write_bytes(b"\xef\xbb\xbf" + (HEAD + "\n".join(GOOD) + "\n").encode())
+    assert import_tsv(store, path) == 2
 
 
 def test_a_missing_file_or_a_folder_is_refused(tmp_path):

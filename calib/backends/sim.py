@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import calibrations
+from .. import calibrations, strict_json
 from ..errors import CalibError
 from ..fingerprint import software_fingerprint
 from ..timing import Measurement, StoppingRule
@@ -51,6 +51,22 @@ MIN_MEMORY_BYTES = 2**26  # 64 MiB: room for the smallest sweeps (a test device 
 MIN_L2_BYTES = 2**20
 MAX_REL_SD = 1.0  # noise as large as the time itself; past it a run ended in NaN (rel_sd 50)
 PARAM_RANGE = (1e-9, 1e15)
+# The largest value of each "device" field: far past any GPU (an H200 has 132 SMs, 141 GB, 60 MiB of
+# L2, a 6016-bit bus at 3201 MHz, SMs at 1980 MHz, 700 W), small enough that every count fits the
+# databases' 64-bit integers and the limits calib.limits multiplies out of them stay finite. Past
+# them, sm_count 10**40 failed every notebook (an OverflowError storing it, one generic line at the
+# end), and max_sm_mhz 1e300 lost a finished run's profile in a ValueError traceback.
+DEVICE_MAX = {"sm_count": 2**16, "l2_bytes": 2**50, "memory_bytes": 2**50, "memory_bus_width_bits": 2**16,
+              "memory_clock_mhz": 1e6, "max_sm_mhz": 1e6, "fp32_lanes_per_sm": 2**16, "power_limit_w": 1e6}
+# pace_s is the wall time of one point (a slow GPU's is seconds); time.sleep raised OverflowError
+# on 1e300, and a pace of hours is a typo, not a slow GPU.
+MAX_PACE_S = 60.0
+# An outlier slowed by more than a thousand times its time is lost either way; 1e308 made every
+# sample infinite (overflow warnings, every sentinel "busy").
+MAX_OUTLIER_SCALE = 1000.0
+# The device is named "calib simulated GPU (NAME)" in the results database's 128-character column:
+# a longer or non-UTF-8 name failed every notebook's session, said only once at the end.
+MAX_NAME_CHARS = 128 - len("calib simulated GPU ()")
 L2_PARAMS = ("memory.l2.capacity_bytes", "memory.l2.capacity_bytes.ramp_end")
 
 
@@ -91,8 +107,7 @@ def load_spec(spec: str | Path | dict | None) -> dict:
     if not isinstance(raw, dict):
         raise SimSpecError(f"a simulated-device spec must be a JSON object, not {type(raw).__name__}")
     _known_keys("simulated-device spec", raw, ("name", "device", "params", "noise", "pace_s"))
-    if not isinstance(raw.get("name", ""), str):
-        raise SimSpecError(f"spec 'name' must be a string, got {raw['name']!r}")
+    _check_name(raw.get("name", ""))
     params = _section(raw, "params")
     _known_keys("spec 'params'", params, _parameter_names())
     for name, value in params.items():
@@ -110,6 +125,9 @@ def load_spec(spec: str | Path | dict | None) -> dict:
     _known_keys("spec 'device'", device, tuple(DEFAULT_DEVICE) + _DEVICE_PROPERTIES)
     for key, value in device.items():
         _number(f"spec device.{key}", value, positive=True, integer=key.endswith(("_bytes", "_count", "_bits", "_sm")))
+        if value > DEVICE_MAX[key]:
+            raise SimSpecError(f"spec device.{key} is {_shown(value)}: more than any GPU has (at most "
+                               f"{DEVICE_MAX[key]:g})")
     full = {**DEFAULT_DEVICE, **device}
     if full["memory_bytes"] < MIN_MEMORY_BYTES:
         raise SimSpecError(f"spec device.memory_bytes is {full['memory_bytes']}: the calibrations' buffers need at "
@@ -126,11 +144,15 @@ def load_spec(spec: str | Path | dict | None) -> dict:
     _number("spec noise.seed", noise["seed"], integer=True)
     if not 0 <= noise["outlier_rate"] < 0.5:
         raise SimSpecError(f"noise.outlier_rate must be in [0, 0.5), got {noise['outlier_rate']}")
+    if noise["outlier_scale"] > MAX_OUTLIER_SCALE:
+        raise SimSpecError(f"noise.outlier_scale must be at most {MAX_OUTLIER_SCALE:g}, got {noise['outlier_scale']:g}")
     if noise["rel_sd"] > MAX_REL_SD:
         raise SimSpecError(f"noise.rel_sd must be at most {MAX_REL_SD} (noise larger than the time itself draws "
                            f"most samples below zero), got {noise['rel_sd']}")
     pace_s = raw.get("pace_s", 0.0)
     _number("spec pace_s (seconds)", pace_s)
+    if pace_s > MAX_PACE_S:
+        raise SimSpecError(f"spec pace_s is {_shown(pace_s)}: at most {MAX_PACE_S:g} seconds a point")
     return {"name": raw.get("name", "H200-like"), "device": full,
             "params": truth, "noise": noise, "pace_s": float(pace_s), "source": source}
 
@@ -152,13 +174,34 @@ def _read_spec_file(path: Path):
         raise SimSpecError(f"cannot read simulated-device spec {path}: {exc.strerror or exc}") from None
     if len(data) > _MAX_SPEC_BYTES:
         raise SimSpecError(f"simulated-device spec {path} is over {_MAX_SPEC_BYTES} bytes: not a spec")
-    try:
-        return json.loads(data.decode("utf-8"))
+    try:  # utf-8-sig: a byte-order mark (Windows editors) is not part of the JSON
+        return strict_json.loads(data.decode("utf-8-sig"), object_pairs_hook=strict_json.unique_keys)
     except UnicodeDecodeError as exc:
         raise SimSpecError(f"simulated-device spec {path} is not UTF-8 text ({exc.reason} at byte {exc.start})"
                            ) from None
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise SimSpecError(f"simulated-device spec {path} is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        # ValueError besides bad JSON: an integer of over 4300 digits (it was a traceback), NaN or
+        # 1e400, and a key written twice ({"sm_count": 10, "sm_count": 132} planted the second in silence)
+        raise SimSpecError(f"simulated-device spec {path} is not valid JSON: {str(exc).split(';')[0][:200]}") from None
+
+
+def _check_name(name):
+    """The spec's name: text the results database can store in the device's name."""
+    if not isinstance(name, str):
+        raise SimSpecError(f"spec 'name' must be a string, got {name!r:.80}")
+    if len(name) > MAX_NAME_CHARS:
+        raise SimSpecError(f"spec 'name' is {len(name)} characters long; at most {MAX_NAME_CHARS}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate escaped in the JSON, "\ud800"
+        raise SimSpecError(f"spec 'name' {name!r:.80} is not UTF-8 text (character {exc.start + 1} is "
+                           f"{name[exc.start]!r})") from None
+
+
+def _shown(value) -> str:
+    """A number in a message: an integer of hundreds of digits by its digit count."""
+    text = f"{value:g}" if isinstance(value, float) else str(value)
+    return text if len(text) <= 24 else f"an integer of {len(text)} digits"
 
 
 def _section(raw: dict, key: str) -> dict:

@@ -93,9 +93,10 @@ def run_heuristics(args) -> int:
 
 def _check_paths_given(args):
     """A path option given empty (``--out "$UNSET"``) is an error, not the option left out: an empty
-    --out wrote nothing and exited 0, an empty --profile evaluated on the default profile."""
+    --out wrote nothing and exited 0, an empty --profile evaluated on the default profile, and an
+    empty --db recorded a simulated evaluation's searches in the user's own autotune database."""
     for option, what in (("problems", "a JSON-lines file of descriptors"), ("profile", "a profile file"),
-                         ("out", "a prefix for PREFIX.json and PREFIX.md")):
+                         ("out", "a prefix for PREFIX.json and PREFIX.md"), ("db", "a tuning database URL")):
         value = getattr(args, option)
         if value is not None and not value.strip():
             raise cli_args.BadArgument(f"--{option}: the path is empty; give {what}")

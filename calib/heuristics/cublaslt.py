@@ -36,7 +36,6 @@ import ctypes
 import ctypes.util
 import dataclasses
 import glob
-import json
 import os
 import re
 import sys
@@ -285,14 +284,21 @@ def load_probe(path) -> dict:
     """(m, n, k, "float32") -> :class:`Choice` from a ``bench/probes.py cublaslt-heuristics`` JSON
     file (its "shapes": each shape's ranked "results", the first is Lt's choice), plain or, where the
     path ends in ``.gz``, gzip-compressed (registry.read_text decompresses it, bounded). HeuristicError
-    naming the file and the entry if it is not such a file (a corrupt gzip file included)."""
+    naming the file and the entry if it is not such a file (a corrupt gzip file included). The probe
+    writes strict JSON (every shipped probe file parses so), so NaN, Infinity, 1e400 and a key written
+    twice are refused here: an infinite m, n or k had ended the load in an OverflowError, and an
+    integer of 5000 digits anywhere in a ValueError that is no HeuristicError."""
+    from .. import strict_json
     from .registry import read_text
 
     where = f"cuBLASLt probe file {path}"
     try:
-        doc = json.loads(read_text(Path(path), "cuBLASLt probe file", HeuristicError))
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise HeuristicError(f"{where} is not JSON ({exc})") from None
+        doc = strict_json.loads(read_text(Path(path), "cuBLASLt probe file", HeuristicError),
+                                object_pairs_hook=strict_json.unique_keys)
+    except HeuristicError:  # read_text's: missing, not a file, not gzip, not UTF-8
+        raise
+    except (ValueError, RecursionError) as exc:  # ValueError: bad JSON, NaN, 1e400, a key twice, 5000 digits
+        raise HeuristicError(f"{where} is not JSON ({str(exc).split(';')[0][:200]})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("shapes"), dict):
         raise HeuristicError(f"{where}: expected an object with 'shapes' (bench/probes.py cublaslt-heuristics)")
     batched = doc.get("format") == BATCHED_PROBE_FORMAT
@@ -320,6 +326,8 @@ def load_probe(path) -> dict:
             results = entry["results"]
             if not isinstance(results, list):
                 raise ValueError("'results' must be a list")
+            if results and not isinstance(results[0], dict):  # r.get below: an AttributeError
+                raise ValueError(f"'results' must hold objects, not {type(results[0]).__name__}")
             if results:  # no result: Lt offered nothing, the model's own estimate stands
                 c = choice_from_result(results[0], source, device, untiled_ok=batched)
                 out[batched_key(mnk[0], mnk[1], mnk[2] // split, split) if batched else (*mnk, "float32")] = c

@@ -221,6 +221,8 @@ def main(argv=None):
     try:
         if a.points < 2:
             raise cli_args.BadArgument(f"--points {a.points}: at least 2 sizes to compare the models at")
+        if a.out is not None and not a.out.strip():  # --out "$UNSET": it wrote nothing and exited 0
+            raise cli_args.BadArgument("--out: the path is empty; give a prefix for PREFIX.json and PREFIX.md")
         if a.out:
             _check_out(a.out)  # before the measurements, not after them
 

@@ -333,7 +333,8 @@ def _bins(doc, kind, where) -> tuple:
 def load(path=FILE) -> tuple:
     """The bands in the file at ``path`` (a ModelError per GPU model), checked field by field;
     ModelErrorError naming what is wrong. A file of version 1 (one GPU's band) is read forward."""
-    from .registry import DuplicateKeyError, read_text, unique_keys
+    from ..strict_json import DuplicateKeyError, unique_keys
+    from .registry import read_text
 
     p = Path(path)
     text = read_text(p, "model-error band", ModelErrorError)

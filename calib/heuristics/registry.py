@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import CalibError
+from ..strict_json import DuplicateKeyError, unique_keys
 
 KINDS = ("pointwise", "normalization", "matmul_splitk")
 _HEX64 = re.compile("[0-9a-f]{64}")
@@ -360,22 +361,6 @@ def gunzip(data: bytes, path, what: str, error: type) -> bytes:
         raise error(f"{what} {path} is a corrupt gzip file ({kind}: {exc})"[:300]) from None
     if len(out) > MAX_PROFILE_BYTES:
         raise error(f"{what} {path} decompresses to more than the {MAX_PROFILE_BYTES} bytes a {what} may have")
-    return out
-
-
-class DuplicateKeyError(CalibError, ValueError):
-    """A JSON object that names one key twice (json.loads keeps the last in silence)."""
-
-
-def unique_keys(pairs) -> dict:
-    """``object_pairs_hook`` for json.loads: the object, or DuplicateKeyError naming the key written
-    twice (``{"n": 1, "n": 2}`` was the problem n = 2, and ``{"vec": 4, "vec": 8}`` an override of 8)."""
-    out = dict(pairs)
-    if len(out) < len(pairs):
-        seen = set()
-        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
-        shown = json.dumps(twice if len(twice) <= 40 else twice[:20] + "...")
-        raise DuplicateKeyError(f"key {shown} appears twice in one object")
     return out
 
 

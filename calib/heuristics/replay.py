@@ -33,14 +33,14 @@ class ReplayError(CalibError, ValueError):
 
 def load(path, kind: str) -> dict:
     """The recorded evaluation at ``path``, checked field by field for what a replay needs."""
-    from .registry import read_text, unique_keys
+    from .registry import read_text
 
     p = Path(path)
     text = read_text(p, "recorded evaluation", ReplayError)
     try:
         # a key twice in one object (two times for one candidate, two descriptors for one row) is refused:
         # json keeps the last in silence, and which time the replay then ranks is an accident of the file
-        rec = strict_json.loads(text, object_pairs_hook=unique_keys)
+        rec = strict_json.loads(text, object_pairs_hook=strict_json.unique_keys)
     except json.JSONDecodeError as exc:
         raise ReplayError(f"recorded evaluation {p} is not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from ..errors import CalibError
 from ..keys import canonical_json
+from ..strict_json import DuplicateKeyError, unique_keys
 from .core import Store, StoreError, _describe
 from .tables import ResultRow, SessionRow
 
@@ -107,10 +108,10 @@ def read_tsv(path) -> list[tuple]:
                              f"{exc.start + 1})") from None
     if not texts:
         raise StoreError(f"{path}: empty; a winners file starts with {TSV_MAGIC!r}")
-    first = texts[0].strip()
+    first = texts[0].lstrip("\ufeff").strip()  # a byte-order mark (Windows editors) is not part of line 1
     version = re.fullmatch(r"# calib winners v(\d+)", first)
-    if version and int(version.group(1)) > TSV_VERSION:
-        raise StoreError(f"{path}, line 1: winners format v{version.group(1)}, written by a newer calib (this one "
+    if version and _newer(version.group(1)):
+        raise StoreError(f"{path}, line 1: winners format v{version.group(1)[:12]}, written by a newer calib (this one "
                          f"reads v{TSV_VERSION}): upgrade calib")
     if first != TSV_MAGIC:
         raise StoreError(f"{path}, line 1: not a calib winners file (the first line must be {TSV_MAGIC!r})")
@@ -127,6 +128,13 @@ def read_tsv(path) -> list[tuple]:
         except (StoreError, csv.Error) as exc:
             raise StoreError(f"{path}, line {lineno}: {exc}") from None
     return parsed
+
+
+def _newer(digits: str) -> bool:
+    """Whether the format version ``digits`` is newer than this calib reads; a version of thousands
+    of digits is newer, not int()'s ValueError (over 4300 digits), a traceback."""
+    digits = digits.lstrip("0") or "0"
+    return len(digits) > 9 or int(digits) > TSV_VERSION
 
 
 def _parse_line(fields: list[str]) -> tuple:
@@ -153,7 +161,9 @@ def _parse_line(fields: list[str]) -> tuple:
     out = []
     for name, value in (("config", config), ("perf_config", perf)):
         try:
-            obj = json.loads(value)
+            obj = json.loads(value, object_pairs_hook=unique_keys)  # a key twice: the second was kept in silence
+        except DuplicateKeyError as exc:
+            raise StoreError(f"the {name}: {exc}") from None
         except (ValueError, RecursionError) as exc:
             raise StoreError(f"the {name} is not JSON ({exc})") from None
         if not isinstance(obj, dict):
