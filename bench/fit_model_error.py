@@ -1,7 +1,7 @@
 """Fit the family models' error band (calib/heuristics/model_error.json) on recorded evaluations.
 
     python bench/fit_model_error.py [--profile profiles/nvidia-h200.json] [--write]
-        [--kinds pointwise,normalization,matmul_splitk]
+        [--kinds pointwise,normalization,matmul_splitk] [--shipped-recordings]
 
 Takes every recorded evaluation under bench/results of the profile's GPU model that keeps every
 candidate's time, leaves out the recordings a shipped correction was fitted on
@@ -65,6 +65,10 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", default="pointwise,normalization,matmul_splitk")
     ap.add_argument("--profile", default=PROFILE, help="the profile the recordings replay with; its GPU model's "
                     f"recordings are fitted (default {PROFILE})")
+    ap.add_argument("--shipped-recordings", action="store_true",
+                    help="refit each kind on the recordings its shipped band lists (less those a correction is now "
+                         "fitted on), not on every one there is: a model change refits the band it judged without "
+                         "taking in recordings that judge the band itself")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")  # a recording under older software warns once per correction
     profile = read_profile(ROOT / args.profile)
@@ -72,8 +76,12 @@ def main(argv=None) -> int:
     bins, fitted_on = {}, {}
     print("| kind | recordings | candidates | bins (upto us: band) | LORO coverage mean / min | choices |")
     print("|---|---|---|---|---|---|")
+    shipped = next((me for me in ME.load(ME.FILE) if me.device == device), None) if ME.FILE.exists() else None
     for kind in args.kinds.split(","):
         paths = recordings(kind, device)
+        if args.shipped_recordings:
+            listed = {f["recording"] for f in (shipped.fitted_on.get(kind, []) if shipped is not None else [])}
+            paths = [p for p in paths if str(p.relative_to(ROOT)) in listed]
         per = [ME.recording_errors(kind, p, profile) for p in paths]
         pairs = [pr for prs in per for pr in prs]
         bins[kind] = ME.fit_bins(pairs)

@@ -15,7 +15,6 @@ fp32 model reads them, and the forests split on them; the older recordings lack 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from calib.heuristics import cublaslt as CL  # noqa: E402
 from calib.heuristics import splitk as SK  # noqa: E402
+from calib.heuristics.forest import write_document  # noqa: E402
 from calib.heuristics.predictor import q_of, recorded_arch, recorded_software  # noqa: E402
 from calib.heuristics.registry import read_text  # noqa: E402
 from calib.profile import load_profile  # noqa: E402
@@ -125,18 +125,6 @@ def fp32_splits_document(recorded=None) -> dict:
         "and FOCUS), on the shape, the split and cuBLASLt's answer for its batched GEMM", recorded)
 
 
-def _write(path: Path, doc: dict) -> None:
-    """One line per tree: 1 MB rather than 2 with every node indented; gzip-compressed (-9, no name
-    or time, so the same fit writes the same bytes) where the path ends in .gz."""
-    body = json.dumps({k: v for k, v in doc.items() if k != "trees"}, indent=1)[:-2]
-    trees = ",\n".join(json.dumps(t, separators=(",", ":")) for t in doc["trees"])
-    text = body + ',\n "trees": [\n' + trees + "\n ]\n}\n"
-    if path.suffix == ".gz":
-        path.write_bytes(gzip.compress(text.encode(), compresslevel=9, mtime=0))
-    else:
-        path.write_text(text)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Refit split-K's forests from the recordings and write them "
                                      "(an unknown argument is an error, not a refit).")
@@ -152,7 +140,7 @@ def main(argv=None) -> int:
         print("the shipped corrections are this fit" if not bad else f"not this fit: {', '.join(bad)}")
         return 0 if not bad else 1
     for path, _load, doc in docs:
-        _write(path, doc)
+        write_document(path, doc)
         print(f"wrote {path} from {len(doc['recordings'])} recordings")
     return 0
 

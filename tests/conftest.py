@@ -79,6 +79,18 @@ def before_the_fp32_forest(monkeypatch):
     monkeypatch.setattr(splitk.margins, "SPLIT_MARGIN_FROM_CHOICE", 0.88)
 
 
+@pytest.fixture
+def before_the_normalization_forest():
+    """normalization as it was before its residual forest (2026-12-07, session 24): the corrected
+    model and the strategy biases. The tests that pin what each earlier mechanism of the model did on
+    the recordings (its terms, the biases, the live runs that chose with them) replay as those
+    numbers were measured; the forest is judged in tests/test_heuristics_normalization_residual.py."""
+    from calib.heuristics import normalization
+
+    with normalization.use_residual(None):
+        yield
+
+
 # Session 12's fp32 split-1 forest (version 1: the shape alone, fitted on TRAINING), kept beside the
 # live runs it made (seeds 55-63) so that those replay as they ran.
 SESSION12_FP32_FOREST = (Path(__file__).resolve().parents[1] / "bench" / "results" / "2026-12-04-h200-heuristics-s12c4"

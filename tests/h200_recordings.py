@@ -81,6 +81,27 @@ TRAINING.update({str(seed): (f"{S12C3}/{'heuristics' if seed < 45 else 'splitk'}
 FOCUS_DIR = "2026-12-06-h200-splitk-focus"
 FOCUS = {f"f{seed}": (f"{FOCUS_DIR}/splitk-focus{seed}", seed, f"{FOCUS_DIR}/profile-shipped.json")
          for seed in (2000, 2001, 2002)}
+# Normalization's live H200 checks of seeds 26-44 (sessions 10-12, 2026-12-03/04), unseen when they ran:
+# what the residual forest (calib/heuristics/normalization/residual.py) is fitted on besides FOLDERS. Each
+# ran with the shipped profile, frozen beside seeds 42-44 (unchanged since 2026-12-02). The later live
+# checks (seeds 100-111 of session 19, session 22's, every H100 one) stay out of it: they judge it, and
+# the model-error band is fitted on them.
+NORM_LIVE_DIRS = {**{s: f"2026-12-03-h200-heuristics-s10/seed{s}" for s in (26, 27, 28)},
+                  **{s: f"2026-12-03-h200-heuristics-s10c2/seed{s}" for s in (29, 30, 31)},
+                  **{s: f"2026-12-03-h200-heuristics-s11/heuristics-seed{s}" for s in (32, 33, 34)},
+                  **{s: f"2026-12-03-h200-heuristics-s11c2/heuristics-seed{s}" for s in (35, 36, 37)},
+                  **{s: f"2026-12-04-h200-heuristics-s12/heuristics-seed{s}" for s in (38, 39, 40, 41)},
+                  **{s: f"{S12C3}/heuristics-seed{s}" for s in (42, 43, 44)}}
+NORM_LIVE = {str(seed): (folder, seed, f"{S12C3}/profile-shipped.json") for seed, folder in NORM_LIVE_DIRS.items()}
+
+
+def normalization_residual_recordings() -> list[tuple[str, str]]:
+    """(evaluation, profile) of every recording the residual forest is fitted on, relative to ``R``:
+    FOLDERS (with the profiles they ran with), then NORM_LIVE."""
+    return [(f"{folder}/heuristics-normalization.json.gz", prof)
+            for folder, _seed, prof in (*FOLDERS.values(), *NORM_LIVE.values())]
+
+
 FITTED = "ABCDEFGHIJKL"  # what session 3's models and corrections were fitted or judged on (session 4's: + M)
 SEEDS = {name: seed for name, (_, seed, _) in FOLDERS.items()}
 

@@ -19,6 +19,10 @@ import pytest
 from calib.heuristics import evaluate as E
 from calib.profile import load_profile
 
+# The model as these runs chose with it: the corrected model and the strategy biases, without the residual forest
+# (2026-12-07, session 24), which tests/test_heuristics_normalization_residual.py judges on these recordings.
+pytestmark = pytest.mark.usefixtures("before_the_normalization_forest")
+
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "bench" / "results" / "2026-12-07-h100-own-profile"
 KINDS = ("pointwise", "normalization", "matmul_splitk")

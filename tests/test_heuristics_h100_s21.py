@@ -24,6 +24,10 @@ from calib.profile import load_profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200_recordings import fp16_scalar_kernels_as_they_ran, narrow_kernels_as_they_ran  # noqa: E402
 
+# The model as these runs chose with it: the corrected model and the strategy biases, without the residual forest
+# (2026-12-07, session 24), which tests/test_heuristics_normalization_residual.py judges on these recordings.
+pytestmark = pytest.mark.usefixtures("before_the_normalization_forest")
+
 ROOT = Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "bench" / "results" / "2026-12-07-h100-s21"
 NORM_SEEDS = range(112, 125)

@@ -162,6 +162,7 @@ def test_the_live_check_of_seed_12_meets_what_it_met():
 R_LONG_SOFTMAX = {"op": "softmax", "rows": 960, "cols": 28805, "dtype": "float32"}
 
 
+@pytest.mark.usefixtures("before_the_normalization_forest")
 def test_the_live_check_of_seed_14_normalization_missed_on_a_multipass_thread_count_now_replays_at_the_bar(
         monkeypatch):
     """R: normalization's geomean and predictor held live, its worst case not (0.800: fp32 softmax
@@ -193,6 +194,7 @@ def test_the_live_check_of_seed_14_normalization_missed_on_a_multipass_thread_co
     assert old["strategy"] == "multipass" and old["threads"] == 256, dict(old)
 
 
+@pytest.mark.usefixtures("before_the_normalization_forest")
 def test_seed_29_normalization_missed_only_where_the_model_ranked_persistent_ahead_on_two_fp32_rows_per_sm():
     """Seed 29's one problem below 0.85 live is T's 219 x 26328 pattern: fp32 softmax of about two rows per
     SM and 20k+ columns, persistent chosen, multi-pass faster; the model's times the wrong way round. The

@@ -30,6 +30,10 @@ from calib.profile import load_profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from h200_recordings import fp16_scalar_kernels_as_they_ran  # noqa: E402
 
+# The model as these runs chose with it: the corrected model and the strategy biases, without the residual forest
+# (2026-12-07, session 24), which tests/test_heuristics_normalization_residual.py judges on these recordings.
+pytestmark = pytest.mark.usefixtures("before_the_normalization_forest")
+
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "bench" / "results" / "2026-12-07-h200-s22"
 PROFILE = ROOT / "profiles" / "nvidia-h200.json"

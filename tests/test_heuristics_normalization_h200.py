@@ -66,6 +66,7 @@ def test_replayed_h200_recording_meets_the_bars(name):
     assert res["prediction"]["all"]["median_abs_rel_error"] <= 0.10
 
 
+@pytest.mark.usefixtures("before_the_normalization_forest")
 @pytest.mark.parametrize("name", sorted(WORST_BAR_MISSED))
 def test_where_the_worst_bar_is_missed_the_model_ranks_the_strategies_the_wrong_way_round(name):
     """T's two problems below 0.85 chose the other strategy than the best, the corrected model's times
@@ -348,6 +349,7 @@ def test_the_persistent_bias_is_the_one_sided_group_s_20th_percentile():
     assert few[int(0.2 * len(few))] == pytest.approx(N.corrections().persistent_bias, abs=1e-4)
 
 
+@pytest.mark.usefixtures("before_the_normalization_forest")
 def test_each_dtype_s_rows_take_their_own_few_rows_bias():
     """Since version 6 each dtype's rows take the 20th percentile of their own problems of the group:
     fp16's 71 give 0.105 and fp32's 32 give 0.145 (the pooled 0.108 let fp32 rows of 16-28k values at
@@ -383,6 +385,7 @@ def test_a_version_5_file_applies_its_one_bias_to_every_dtype(tmp_path):
     assert c.few_rows_bias("float16") == c.few_rows_bias("float32") == doc["persistent_bias"]
 
 
+@pytest.mark.usefixtures("before_the_normalization_forest")
 def test_the_bias_applies_only_to_its_group_and_moves_the_strategy():
     """H's fp16 layer norm 354 x 11386 (3 rows per SM): the model ranks a persistent 128-thread block
     first (9.6 us; 11.8 measured), multi-pass at 512 threads ran 8.6 us. With the bias the choice is
@@ -453,6 +456,7 @@ def test_the_pair_bias_is_its_one_sided_group_s_20th_percentile():
     assert bias == pytest.approx(N.corrections().pair_bias, abs=1e-4)
 
 
+@pytest.mark.usefixtures("before_the_normalization_forest")
 def test_the_pair_bias_moves_i_s_layer_norm_and_only_its_group():
     """I's fp16 layer norm 964 x 12568 (8 rows per SM, 48.5 MB): the model ranks v8 x 32 at 512
     threads first (15.7 us; two blocks per SM; 17.5 measured) and multi-pass at 512 threads second

@@ -182,6 +182,7 @@ def _key(desc) -> tuple:
     return tuple(sorted(desc.items()))
 
 
+@pytest.mark.usefixtures("before_the_normalization_forest")
 def test_the_choices_do_not_follow_the_measured_capacity(tmp_path, monkeypatch):
     """Every recorded problem of I (host 4's profile, 47.1 MB measured) gets the same choice with its
     profile's capacity at 0.78x and 1.1x (36.7 and 51.8 MB: the spread of seven hosts' full runs):
@@ -213,6 +214,7 @@ def _efficiency(name, desc, monkeypatch=None, **consts):
     return min(times.values()) / times[N.heuristic(desc, prof).autotune_name]
 
 
+@pytest.mark.usefixtures("before_the_normalization_forest")
 def test_long_cycling_rows_overlap_their_memory_at_one_block_per_sm(monkeypatch):
     """M's fp32 layer norm 4538 x 22176: persistent v4 x 64 at 512 threads (one block per SM) ran
     within 1% of the best; without the in-flight overlap (INFLIGHT_SHARE 0) the model chose multi-pass

@@ -238,14 +238,14 @@ def leave_one_out_coverage(per_recording: list, min_bin: int = MIN_BIN) -> list[
 
 def training_recordings() -> set[str]:
     """The recordings (paths from the repository's root) that a shipped correction was fitted on:
-    normalization's corrections and split-K's forests. The band is fitted on the others."""
+    normalization's corrections and residual forest, split-K's forests. The band is fitted on the others."""
     import gzip
 
     from . import normalization, splitk
 
     out = set()
-    paths = [normalization.CORRECTIONS_FILE, splitk.FP16_SPLIT1_FILE, splitk.FP32_RECORDED_FILE,
-             splitk.FP32_SPLITS_FILE]
+    paths = [normalization.CORRECTIONS_FILE, normalization.RESIDUAL_FILE, splitk.FP16_SPLIT1_FILE,
+             splitk.FP32_RECORDED_FILE, splitk.FP32_SPLITS_FILE]
     for path in paths:
         if not Path(path).exists():
             continue

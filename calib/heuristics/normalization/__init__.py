@@ -27,7 +27,9 @@ why its constants have their values:
 - :mod:`.classes`: the kernel classes the corrections are kept by, and why per class;
 - :mod:`.corrected`: the corrections file (CORRECTIONS_FILE, format 6), its loader, the corrections
   in force and the corrected model (:func:`model_us`);
-- :mod:`.biases`: the few-rows and pair groups' strategy biases;
+- :mod:`.residual`: the residual forest over the corrected model (RESIDUAL_FILE), its loader, the
+  forest in force and its fit;
+- :mod:`.biases`: the few-rows and pair groups' strategy biases (where no residual forest is in force);
 - :mod:`.fit`: the fit of the corrections and biases on recordings (:func:`corrections_document`);
 - :mod:`.choice`: the heuristic (:func:`choose_ranked`, :func:`heuristic`);
 - :mod:`.generator`: the problems an evaluation draws;
@@ -55,6 +57,8 @@ from .fit import (corrections_document, few_rows_errors, fit_all, fit_correction
                   recorded_samples)
 from .generator import generate
 from .gpu import CTYPE, SOURCE, TOLERANCE, GpuCase, _names, kernel, sim_library_us
+from .residual import (RESIDUAL_FILE, RESIDUAL_FORMAT, RESIDUAL_VERSION, ResidualError, load_residual,
+                       residual_document, residual_forest, residual_for, use_residual)
 from .l2_share import REREAD_END_PER_CAPACITY, reread_l2_fraction, reread_scale_bytes, streamed_l2_fraction
 from .model import (A_VEC, BLOCK_PACE_NORM, CHAIN_US, DISPATCH_US, DRAIN_BLOCKS, FIXED_US, INFLIGHT_MIN_ROWS_PER_SM,
                     INFLIGHT_SHARE, L2_FOOTPRINT, L2_NORM, LATENCY_SCALE, MACHINE_NORM, MUFU, PACE_NORM,
@@ -87,6 +91,9 @@ __all__ = [
     "CORRECTIONS_FILE", "CORRECTIONS_FORMAT", "CORRECTIONS_VERSION", "SOFTWARE_SINCE", "ARCH_SINCE",
     "BIAS_BY_DTYPE_SINCE", "CorrectionsError", "Corrections", "load_corrections", "corrections", "use_corrections",
     "model_us", "corrections_for",
+    # residual
+    "RESIDUAL_FILE", "RESIDUAL_FORMAT", "RESIDUAL_VERSION", "ResidualError", "load_residual", "residual_forest",
+    "residual_document", "residual_for", "use_residual",
     # biases
     "FEW_ROWS_PER_SM", "FEW_ROWS_MIN_COLS", "FEW_ROWS_FP32_PER_SM", "BIAS_QUANTILE", "PAIR_BLOCKS",
     "PAIR_MIN_ROWS_PER_SM", "MIN_GROUP_PROBLEMS", "few_rows", "persistent_bias", "in_pair_group",

@@ -1,5 +1,5 @@
-"""The normalization heuristic: the candidates ranked by the corrected model, the strategy biases
-applied (:func:`choose_ranked`)."""
+"""The normalization heuristic: the candidates ranked by the corrected model, the fastest taken; without
+the residual forest the strategy biases applied (:func:`choose_ranked`)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,17 @@ from .. import predictor as P
 from ..knobs import Knobs
 from .biases import in_pair_group, persistent_bias
 from .candidates import NormDescriptor, descriptor, space
-from .corrected import corrections_for, model_us
+from .corrected import corrections_for, model_us, residual_in_force
 
 
 def choose_ranked(d: NormDescriptor, ranked, q) -> Knobs:
-    """The fastest predicted candidate, except where :func:`persistent_bias` is not 0: there the
-    fastest predicted persistent and multi-pass candidates are compared with the persistent one's
-    time raised by the bias, and within the strategy that wins the model's order stands. Elsewhere
-    every candidate :func:`in_pair_group` has its time raised by the pair bias before the fastest
-    is taken."""
+    """The fastest predicted candidate. Without the residual forest in force (residual.py), except
+    where :func:`persistent_bias` is not 0: there the fastest predicted persistent and multi-pass
+    candidates are compared with the persistent one's time raised by the bias, and within the
+    strategy that wins the model's order stands. Elsewhere every candidate :func:`in_pair_group` has
+    its time raised by the pair bias before the fastest is taken."""
+    if residual_in_force(q) is not None:  # the forest learned what the biases stood in for (residual.py)
+        return ranked[0][1]
     bias = persistent_bias(d, q)
     if bias == 0.0:
         c = corrections_for(q)

@@ -16,6 +16,8 @@ from .. import predictor as P
 from .candidates import DTYPES, NormDescriptor
 from .classes import LOOP_LOG2, MIN_CLASS_CANDIDATES, kernel_class, parent_class
 from .model import plain_model_us
+from .residual import log_factor as residual_log_factor
+from .residual import residual_for
 
 
 CORRECTIONS_FILE = Path(__file__).parent.with_name("normalization_corrections.json")  # beside the package
@@ -185,14 +187,44 @@ class use_corrections:
 
 
 def model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
-    """:func:`plain_model_us` times its kernel class's learned correction (:func:`corrections`).
+    """:func:`plain_model_us` times its kernel class's learned correction (:func:`corrections`) and,
+    where both apply, the residual forest's (residual.py).
     ``hidden`` (the simulated device's truth) is the plain model: the corrections are the H200's."""
     t = plain_model_us(d, k, q, hidden)
     c = None if hidden else corrections_for(q)
-    return t * math.exp(c.log_factor(d, k)) if c is not None and math.isfinite(t) else t
+    if c is None or not math.isfinite(t):
+        return t
+    t *= math.exp(c.log_factor(d, k))
+    r = residual_in_force(q)  # fitted on top of the shipped corrections: where they apply, and it does
+    return t * math.exp(residual_log_factor(r, d, k, q, t)) if r is not None else t
 
 
 def corrections_for(q) -> Corrections | None:
     """:func:`corrections` where they apply to the profile behind ``q`` (its GPU model), else None."""
     c = corrections()
     return c if c is not None and c.applies_to(q) else None
+
+
+def residual_in_force(q) -> dict | None:
+    """The residual forest :func:`model_us` applies for the profile behind ``q``: the one in force
+    (residual.py) where it applies and the corrections in force are the shipped file it was fitted on
+    top of (its ``corrections_sha256``), else None. Other corrections (a left-out fit, an older file)
+    get their own model's choice, the strategy biases included: the forest learned what the shipped
+    ones left."""
+    c = corrections_for(q)
+    if c is None or c is not _shipped(str(CORRECTIONS_FILE)):
+        return None
+    r = residual_for(q)
+    return r if r is not None and r["corrections_sha256"] == shipped_sha256() else None
+
+
+@functools.lru_cache(maxsize=None)
+def _sha256_of(path: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def shipped_sha256() -> str:
+    """The sha256 of the shipped corrections file's bytes (what a residual forest records it was fitted on)."""
+    return _sha256_of(str(CORRECTIONS_FILE))
