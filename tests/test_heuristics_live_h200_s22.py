@@ -109,7 +109,10 @@ def test_the_h200_run_replays_as_it_ran(run, kind):
         assert res["prediction"][key]["median_abs_rel_error"] == pytest.approx(
             live["prediction"][key]["median_abs_rel_error"], rel=1e-9), (key, MOVED)
     assert res["parameters_read"] == live["parameters_read"]
-    assert _inside(res["rows"]) == _inside(live["rows"]), MOVED
+    # normalization's band has since been refitted, on these runs among others, for the model with the
+    # residual forest (2026-12-07, session 24): a replay reads today's band, the live rows the one they ran with
+    if kind != "normalization":
+        assert _inside(res["rows"]) == _inside(live["rows"]), MOVED
 
 
 def _k(strategy: str, threads: int, vec: int, buffer: int) -> dict:
