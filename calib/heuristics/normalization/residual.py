@@ -7,7 +7,8 @@ Why a forest on top of the physical model and its per-kernel corrections: the co
 factor per compiled kernel, so what depends on the problem within a kernel class stays in the error.
 The worst cases left (0.72-0.85 of the best, on about one set of 100 problems in four) were each a
 pair of candidates the corrected model had the wrong way round by 10-25%, in patterns no one physical
-term took out (tried and measured, the README says which): multi-pass at 1024 threads priced too well
+term took out (tried on the recordings and not kept: a multi-pass synchronisation term, the re-read's
+L2 end at 2.0-3.2x the capacity, threads per block in the classes): multi-pass at 1024 threads priced too well
 against 512 where rows cycle 16 or more per SM and their re-read sits in L2; persistent blocks at two
 per SM on rows of 8-16k values; and the strategy biases (biases.py) covered some of them as groups of
 problems only. The forest learns the error where the choice is made: it is fitted on the candidates
