@@ -49,24 +49,8 @@ def recordings() -> list[tuple[str, str]]:
 
 
 def document() -> dict:
-    with _in_root():
-        return NR.residual_document(recordings(), note="bench/fit_normalization_residual.py: fitted on "
-                                    "tests/h200_recordings.normalization_residual_recordings()")
-
-
-class _in_root:
-    """Paths in the document are the repository's; the fit reads them from its root."""
-
-    def __enter__(self):
-        import os
-
-        self.cwd = os.getcwd()
-        os.chdir(ROOT)
-
-    def __exit__(self, *exc):
-        import os
-
-        os.chdir(self.cwd)
+    return NR.residual_document(recordings(), note="bench/fit_normalization_residual.py: fitted on "
+                                "tests/h200_recordings.normalization_residual_recordings()", root=ROOT)
 
 
 def judged_sets() -> dict:

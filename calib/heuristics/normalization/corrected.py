@@ -195,7 +195,7 @@ def model_us(d: NormDescriptor, k, q, hidden: bool = False) -> float:
     if c is None or not math.isfinite(t):
         return t
     t *= math.exp(c.log_factor(d, k))
-    r = residual_in_force(q)  # fitted on top of the shipped corrections: where they apply, and it does
+    r = _residual_over(c, q)  # fitted on top of the shipped corrections: where they apply, and it does
     return t * math.exp(residual_log_factor(r, d, k, q, t)) if r is not None else t
 
 
@@ -211,7 +211,11 @@ def residual_in_force(q) -> dict | None:
     top of (its ``corrections_sha256``), else None. Other corrections (a left-out fit, an older file)
     get their own model's choice, the strategy biases included: the forest learned what the shipped
     ones left."""
-    c = corrections_for(q)
+    return _residual_over(corrections_for(q), q)
+
+
+def _residual_over(c: Corrections | None, q) -> dict | None:
+    """:func:`residual_in_force` given the corrections ``c`` that apply to ``q`` (model_us has them)."""
     if c is None or c is not _shipped(str(CORRECTIONS_FILE)):
         return None
     r = residual_for(q)

@@ -170,9 +170,9 @@ def log_factor(doc: dict, d: NormDescriptor, k, q, corrected_us: float) -> float
 
 
 def recorded_candidates(recordings) -> list:
-    """Per recorded problem of ``recordings`` ((evaluation, profile) path pairs), its candidates as
-    (features, log measured us, log corrected us), each predicted with the profile its evaluation
-    read and no residual in force."""
+    """Per recorded problem of ``recordings`` ((evaluation, profile) path pairs, read as given), its
+    candidates as (features, log measured us, log corrected us), each predicted with the profile its
+    evaluation read and no residual in force."""
     from ...profile import load_profile
     from ..replay import load
     from .corrected import model_us
@@ -230,15 +230,17 @@ def fit_trees(problems, n_trees: int = TREES, seed: int = 0, rounds: int = ROUND
     return trees, n
 
 
-def residual_document(recordings, note: str = "", device: str = "NVIDIA H200", seed: int = 0) -> dict:
-    """The JSON of RESIDUAL_FILE fitted on ``recordings`` ((evaluation, profile) path pairs, as the
-    repository names them) of ``device``'s evaluations."""
+def residual_document(recordings, note: str = "", device: str = "NVIDIA H200", seed: int = 0,
+                      root: Path = Path(".")) -> dict:
+    """The JSON of RESIDUAL_FILE fitted on ``recordings`` ((evaluation, profile) path pairs as the
+    file names them, read under ``root``: the repository's) of ``device``'s evaluations."""
     from .corrected import shipped_sha256
 
-    trees, n = fit_trees(recorded_candidates(recordings), TREES, seed)
+    read = [(Path(root) / r, Path(root) / p) for r, p in recordings]
+    trees, n = fit_trees(recorded_candidates(read), TREES, seed)
     return {"format": RESIDUAL_FORMAT, "version": RESIDUAL_VERSION, "note": note, "device": device,
-            "software": P.recorded_software(recordings),
-            "compute_capability": P.recorded_arch(p for _r, p in recordings),
+            "software": P.recorded_software(read),
+            "compute_capability": P.recorded_arch(p for _r, p in read),
             "corrections_sha256": shipped_sha256(),
             "recordings": [[str(r), str(p)] for r, p in recordings],
             "statistic": "log(measured / corrected model_us), candidates within near_log of their problem's "
