@@ -16,6 +16,7 @@
 #   quick | full   bench/ceilings.py for that suite (it runs `calib run` itself); the run folder
 #                  (executed notebooks, report, profile) is kept as run-<suite>.tgz
 #   autotune       bench/autotune.py --calib-run (the conv2d and DRAM-shape caches)
+#   queue-probe    bench/queue_position_probe.py (a sample's time by its place in a held batch)
 #   fma            bench/fma_shapes.py (FP32 FMA kernel shapes against the clock peak)
 #   verify         bench/verify_h200.sh (calib verify, idle and beside a competing load)
 #   heuristics     bench/heuristics_h200.sh (heuristics against exhaustive search)
@@ -79,6 +80,7 @@ for s in "${@:-quick}"; do
       (cd "$work" && tar czf "$res/run-$tag.tgz" run profile.json 2>/dev/null)
       pack ;;  # again, now that the suite's tables and run folder are there
     autotune) step autotune "${AUTOTUNE_TIMEOUT:-300}" python3 bench/autotune.py --calib-run --out "$res/autotune" ;;
+    queue-probe) step queue-probe 120 env OUT="$res" python3 bench/queue_position_probe.py ;;
     fma) step fma 60 python3 bench/fma_shapes.py --out "$res/fma-shapes.md" ;;
     verify) step verify "${VERIFY_TIMEOUT:-420}" env OUT="$res" bash bench/verify_h200.sh ;;
     heuristics) step heuristics "${HEURISTICS_TIMEOUT:-360}" env OUT="$res" bash bench/heuristics_h200.sh ;;
