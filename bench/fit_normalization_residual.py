@@ -8,7 +8,7 @@ tests/h200_recordings.normalization_residual_recordings(): FOLDERS (A-Z, 23-25) 
 26-44 (NORM_LIVE), each predicted with the profile its evaluation read. About 40 s.
 ``--check``: write nothing; exit 1 if the shipped file is not this fit (the test suite checks the same).
 ``--judge``: replay every normalization recording it is not fitted on (JUDGED: the H200's live seeds of
-sessions 19 and 22, the H100's of sessions 21, 23 and 24 with the shipped H100 profile) with and without the
+sessions 19 and 22, the H100's of sessions 21, 23, 24 and 25 with the shipped H100 profile) with and without the
 forest in force, and print per group the sets' geometric mean, mean worst case and how many sets fall
 below 0.85 and 0.9 of the exhaustive best (about 2 minutes)."""
 
@@ -39,6 +39,7 @@ JUDGED = {
                               "2026-12-07-h200-s22/*"), H200_PROFILE),
     "H100 sessions 21, 23": (("2026-12-07-h100-s21/*", "2026-12-07-h100-s23/*"), H100_PROFILE),
     "H100 session 24": (("2026-12-07-h100-s24/*",), H100_PROFILE),
+    "H100 session 25": (("2026-12-08-h100-s25/*",), H100_PROFILE),
 }
 
 

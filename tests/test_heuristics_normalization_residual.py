@@ -183,9 +183,14 @@ def _summary(group, forest):
      {"sets": 43, "min_geomean": 0.9914, "mean_worst": 0.935, "below_085": 1, "below_090": 4}),
     ("H100 session 24", {"sets": 16, "min_geomean": 0.9887, "mean_worst": 0.9207, "below_085": 1, "below_090": 2},
      {"sets": 16, "min_geomean": 0.9897, "mean_worst": 0.9292, "below_085": 0, "below_090": 1}),
+    # the first live run of the shipped forest (seed 194's fp32 layer norm 1216 x 3832 fell to 0.840 with it,
+    # 0.935 without; 193, 199 and 201 rose from 0.879-0.902 to 0.944-0.955)
+    ("H100 session 25", {"sets": 11, "min_geomean": 0.9894, "mean_worst": 0.9165, "below_085": 1, "below_090": 3},
+     {"sets": 11, "min_geomean": 0.992, "mean_worst": 0.9266, "below_085": 2, "below_090": 2}),
 ])
 def test_on_sets_it_was_not_fitted_on_the_forest_chooses_better(group, without, with_forest):
     """Replayed with the profile each live run read: every set keeps its geomean at or above 0.97, and
-    the worst cases rise (the H100's with the H200's forest, across compute capability 9.0)."""
+    the worst cases rise on the mean (the H100's with the H200's forest, across compute capability 9.0),
+    though not set by set: session 25 has one more set below 0.85 with the forest than without."""
     assert _summary(group, forest=False) == without
     assert _summary(group, forest=True) == with_forest

@@ -15,6 +15,12 @@ call, then kept and reported as host-bound in the protocol, which :class:`calib.
 turns into a warning). With ``flush_l2=True``, a memset of twice the L2 size precedes every
 sample, outside its events: each call starts from a cold L2, as a layer does whose inputs another
 layer's traffic has evicted.
+
+A held batch is not uniform. On an H100 the last ten or so kernels before the queue drains ran
+0.5-0.7 us shorter than those with more work queued behind them (2026-12-08,
+bench/queue_position_probe.py). So a one-kernel thunk in a batch of 10 is timed at the shorter level;
+one of several kernels (CUB's two-kernel sum, a GEMM and its split-K reduction) is timed partly at the
+longer level. The batch stays as it is, since every recording and model so far was timed this way.
 """
 
 from __future__ import annotations
