@@ -14,19 +14,9 @@ floor); cupy.sum's learned p90 6.6 and 6.1%."""
 
 from __future__ import annotations
 
-import functools
-import gzip
-import json
-import warnings
-from pathlib import Path
-
 import pytest
+from live_runs import ROOT, assert_live_bars, assert_replays_as_it_ran, live, replay
 
-from calib.heuristics import evaluate as E
-from calib.heuristics import normalization as N
-from calib.profile import load_profile
-
-ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "bench" / "results" / "2026-12-07-h100-s24"
 FOREST_AS_RAN = FOLDER / "normalization_residual-s24-call1.json.gz"
 EVERY_KIND = (176, 177)
@@ -39,53 +29,23 @@ MISSES = {"norm-seed178": ({"op": "softmax", "rows": 5419, "cols": 5030, "dtype"
                            {"strategy": "persistent", "threads": 256, "vec": 2, "buffer": 128}, 0.735)}
 
 
-def _live(run: str, kind: str) -> dict:
-    return json.loads(gzip.decompress((FOLDER / run / f"heuristics-{kind}.json.gz").read_bytes()))
-
-
-@functools.lru_cache(maxsize=None)  # each set replays once for the module; no test edits what it returns
-def _replay(run: str, kind: str, forest: str = "as ran") -> dict:
-    path = FOLDER / run / f"heuristics-{kind}.json.gz"
-    doc = {"as ran": lambda: N.load_residual(FOREST_AS_RAN), "none": lambda: None,
-           "shipped": N.residual_forest}[forest]()
-    with warnings.catch_warnings(), N.use_residual(doc):
-        warnings.simplefilter("ignore")
-        prof = load_profile(ROOT / "profiles" / "nvidia-h100-80gb-hbm3.json", device=None, software=None)
-        return E.evaluate(kind, backend=f"replay:{path}", profile=prof)
-
-
 @pytest.mark.parametrize("run,kind", RUNS)
 def test_the_h100_run_replays_as_it_ran(run, kind):
-    live, res = _live(run, kind), _replay(run, kind)
-    assert live["device"]["name"] == "NVIDIA H100 80GB HBM3" and live["failed"] == 0
-    assert res["evaluated"] == live["evaluated"] == (37 if (run, kind) == ("heuristics-seed176", "normalization")
-                                                     else 100)
-    assert [r["heuristic"] for r in res["rows"]] == [r["heuristic"] for r in live["rows"]]
-    for key in ("geomean_efficiency", "worst_efficiency"):
-        assert res["summary"]["heuristic"][key] == pytest.approx(live["summary"]["heuristic"][key], rel=1e-9)
-    assert res["prediction"]["all"]["median_abs_rel_error"] == pytest.approx(
-        live["prediction"]["all"]["median_abs_rel_error"], rel=1e-9)
+    evaluated = 37 if (run, kind) == ("heuristics-seed176", "normalization") else 100
+    assert_replays_as_it_ran(live(FOLDER, run, kind), replay(FOLDER, run, kind, FOREST_AS_RAN),
+                             "NVIDIA H100 80GB HBM3", evaluated)
 
 
 @pytest.mark.parametrize("run,kind", RUNS)
 def test_the_live_bars(run, kind):
-    h = _live(run, kind)["summary"]["heuristic"]
-    assert h["geomean_efficiency"] >= 0.97 and h["geomean_efficiency"] > _live(run, kind)["summary"]["baseline"][
-        "geomean_efficiency"]
-    if run in MISSES and kind == "normalization":
-        desc, chosen, eff = MISSES[run]
-        low = [r for r in _live(run, kind)["rows"] if r.get("heuristic_us") and r["best_us"] / r["heuristic_us"] < 0.85]
-        assert [(r["descriptor"], r["heuristic"]) for r in low] == [(desc, chosen)]
-        assert h["worst_efficiency"] == pytest.approx(eff, abs=5e-4)
-    else:
-        assert h["worst_efficiency"] >= 0.85
+    assert_live_bars(live(FOLDER, run, kind), MISSES.get(run) if kind == "normalization" else None)
 
 
 def test_the_two_round_forest_mends_both_misses():
     """The shipped forest (two rounds) takes 180's layer norm off the v2 x 128 block (0.735 -> 0.938) and
     178's softmax to 0.920 (0.849 live, the same without any forest)."""
-    shipped = {run: _replay(run, "normalization", "shipped")["summary"]["heuristic"]["worst_efficiency"]
+    shipped = {run: replay(FOLDER, run, "normalization", "shipped")["summary"]["heuristic"]["worst_efficiency"]
                for run in MISSES}
-    none = _replay("norm-seed178", "normalization", "none")["summary"]["heuristic"]["worst_efficiency"]
+    none = replay(FOLDER, "norm-seed178", "normalization", None)["summary"]["heuristic"]["worst_efficiency"]
     assert none == pytest.approx(0.849, abs=5e-4)
     assert shipped == pytest.approx({"norm-seed178": 0.920, "norm-seed180": 0.938}, abs=5e-4)

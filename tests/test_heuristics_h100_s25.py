@@ -15,19 +15,9 @@ p90 7.0 and 6.3%."""
 
 from __future__ import annotations
 
-import functools
-import gzip
-import json
-import warnings
-from pathlib import Path
-
 import pytest
+from live_runs import ROOT, assert_live_bars, assert_replays_as_it_ran, live, replay
 
-from calib.heuristics import evaluate as E
-from calib.heuristics import normalization as N
-from calib.profile import load_profile
-
-ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "bench" / "results" / "2026-12-08-h100-s25"
 FOREST_AS_RAN = FOLDER / "normalization_residual-s25.json.gz"
 EVERY_KIND = (193, 194)
@@ -42,48 +32,19 @@ MISSES = {("heuristics-seed194", "normalization"): (
               {"strategy": "persistent", "threads": 512, "vec": 8, "buffer": 32}, 0.825)}
 
 
-def _live(run: str, kind: str) -> dict:
-    return json.loads(gzip.decompress((FOLDER / run / f"heuristics-{kind}.json.gz").read_bytes()))
-
-
-@functools.lru_cache(maxsize=None)  # each set replays once for the module; no test edits what it returns
-def _replay(run: str, kind: str, forest: str = "as ran") -> dict:
-    path = FOLDER / run / f"heuristics-{kind}.json.gz"
-    doc = {"as ran": lambda: N.load_residual(FOREST_AS_RAN), "none": lambda: None}[forest]()
-    with warnings.catch_warnings(), N.use_residual(doc):
-        warnings.simplefilter("ignore")
-        prof = load_profile(ROOT / "profiles" / "nvidia-h100-80gb-hbm3.json", device=None, software=None)
-        return E.evaluate(kind, backend=f"replay:{path}", profile=prof)
-
-
 @pytest.mark.parametrize("run,kind", RUNS)
 def test_the_h100_run_replays_as_it_ran(run, kind):
-    live, res = _live(run, kind), _replay(run, kind)
-    assert live["device"]["name"] == "NVIDIA H100 80GB HBM3" and live["failed"] == 0
-    assert res["evaluated"] == live["evaluated"] == (92 if (run, kind) == ("heuristics-seed193", "normalization")
-                                                     else 100)
-    assert [r["heuristic"] for r in res["rows"]] == [r["heuristic"] for r in live["rows"]]
-    for key in ("geomean_efficiency", "worst_efficiency"):
-        assert res["summary"]["heuristic"][key] == pytest.approx(live["summary"]["heuristic"][key], rel=1e-9)
-    assert res["prediction"]["all"]["median_abs_rel_error"] == pytest.approx(
-        live["prediction"]["all"]["median_abs_rel_error"], rel=1e-9)
+    evaluated = 92 if (run, kind) == ("heuristics-seed193", "normalization") else 100
+    assert_replays_as_it_ran(live(FOLDER, run, kind), replay(FOLDER, run, kind, FOREST_AS_RAN),
+                             "NVIDIA H100 80GB HBM3", evaluated)
 
 
 @pytest.mark.parametrize("run,kind", RUNS)
 def test_the_live_bars(run, kind):
-    live = _live(run, kind)
-    h, base = live["summary"]["heuristic"], live["summary"]["baseline"]
-    assert h["geomean_efficiency"] >= 0.97 and h["geomean_efficiency"] > base["geomean_efficiency"]
-    if (run, kind) in MISSES:
-        desc, chosen, eff = MISSES[run, kind]
-        low = [r for r in live["rows"] if r.get("heuristic_us") and r["best_us"] / r["heuristic_us"] < 0.85]
-        assert [(r["descriptor"], r["heuristic"]) for r in low] == [(desc, chosen)]
-        assert h["worst_efficiency"] == pytest.approx(eff, abs=5e-4)
-    else:
-        assert h["worst_efficiency"] >= 0.85
+    assert_live_bars(live(FOLDER, run, kind), MISSES.get((run, kind)))
 
 
 def test_without_the_forest_the_misses_were():
     """194's layer norm was the forest's doing (0.935 without it); 202's was not (0.829 without)."""
-    worst = {run: _replay(run, kind, "none")["summary"]["heuristic"]["worst_efficiency"] for run, kind in MISSES}
+    worst = {run: replay(FOLDER, run, kind, None)["summary"]["heuristic"]["worst_efficiency"] for run, kind in MISSES}
     assert worst == pytest.approx({"heuristics-seed194": 0.935, "norm-seed202": 0.829}, abs=5e-4)
