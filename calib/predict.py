@@ -25,7 +25,8 @@ __all__ = ["Prediction", "predict", "predict_model"]  # and, on first use, learn
 
 
 def predict(kind: str, descriptor, params: dict, profile=None) -> Prediction:
-    """Expected time of ``kind``'s kernel for ``descriptor`` launched with ``params``.
+    """Expected time of ``kind``'s kernel for ``descriptor`` launched with ``params``, from ``profile``
+    (a Profile, a profile file's path, or None: this machine's).
 
     HeuristicError names what is wrong with a kind, a descriptor or a launch no kernel of the
     family could run (a knob missing, a vector wider than 16 bytes, a block over 1024 threads)."""
@@ -34,11 +35,11 @@ def predict(kind: str, descriptor, params: dict, profile=None) -> Prediction:
     from .heuristics import model_error
     from .heuristics.families import family, launch
     from .heuristics.predictor import q_of
-    from .heuristics.registry import default_profile
+    from .heuristics.registry import profile_of
 
     fam = family(kind)
     d = fam.descriptor(descriptor)
-    profile = default_profile() if profile is None else profile
+    profile = profile_of(profile)
     p = predict_model(fam.model_us, d, launch(kind, params, d), profile)
     return replace(p, pi95=model_error.pi95(kind, q_of(profile), p.time_us, p.ci95))
 

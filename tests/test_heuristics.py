@@ -256,6 +256,42 @@ def test_empty_profile_falls_back_with_warnings():
     assert any("default" in str(x.message) for x in w)
 
 
+def test_a_profile_path_reads_as_that_file_loaded(sim_prof, tmp_path):
+    """choose, builtin and calib.predict take a profile file's path as calib.load_profile opens it (once
+    per version of the file), not as an object without query (which read every default)."""
+    import os
+
+    import calib
+    from calib import predict
+    from calib.profile import write_profile
+
+    path = write_profile(tmp_path / "sim.json", sim_prof)
+    d, k = {"op": "add", "n": 1 << 27, "dtype": "float32"}, {"vec": 4, "ept": 2, "block": 256, "grid": "cover"}
+    norm, splitk = {"op": "softmax", "rows": 4096, "cols": 2048, "dtype": "float16"}, {"m": 16, "n": 2048, "k": 4096}
+    loaded = calib.load_profile(path)
+    want = predict.predict("pointwise", d, k, loaded).time_us
+    for given in (str(path), path):
+        assert predict.predict("pointwise", d, k, given).time_us == want
+        assert H.choose("normalization", norm, given) == H.choose("normalization", norm, loaded)
+        assert H.builtin("matmul_splitk", splitk, given) == H.builtin("matmul_splitk", splitk, loaded)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert predict.predict("pointwise", d, k, Profile({})).time_us != pytest.approx(want, rel=0.01)
+
+    doc = json.loads(path.read_text())  # the file rewritten with half the bandwidth: read again
+    for w in (4, 8, 16):
+        rec = doc["params"][f"memory.dram.copy_bandwidth_gbps.align{w}"]
+        rec["value"], rec["ci95"] = rec["value"] / 2, [c / 2 for c in rec["ci95"]]
+    write_profile(path, doc)
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert predict.predict("pointwise", d, k, str(path)).time_us > 1.5 * want
+
+    with pytest.warns(Warning, match="missing.json"):  # a missing file: a warning naming it, and the defaults
+        t = predict.predict("pointwise", d, k, tmp_path / "missing.json").time_us
+    assert t > 0
+
+
 def _reads(kind, d, profile):
     rec = H.ReadRecorder(profile)
     from calib.heuristics.families import family

@@ -28,24 +28,24 @@ __all__ = ["KINDS", "HeuristicError", "HeuristicWarning", "OverrideFileError", "
 
 
 def builtin(kind: str, descriptor, profile=None) -> dict:
-    """The built-in heuristic's answer alone (no user layer, no override)."""
+    """The built-in heuristic's answer alone (no user layer, no override); ``profile`` as :func:`choose`'s."""
     from .families import family
-    from .registry import default_profile, mark_builtin
+    from .registry import mark_builtin, profile_of
 
     try:
-        return family(kind).heuristic(descriptor, default_profile() if profile is None else profile)
+        return family(kind).heuristic(descriptor, profile_of(profile))
     except Exception as exc:  # calib's own: a user layer that called this is not named for it
         mark_builtin(exc)
         raise
 
 
 def baseline(kind: str, descriptor, profile=None) -> dict:
-    """The static baseline's answer (the rule compilers hard-code)."""
+    """The static baseline's answer (the rule compilers hard-code); a path as :func:`choose` takes it."""
     from .baselines import BASELINES
-    from .registry import _check_kind
+    from .registry import _check_kind, profile_of
 
     _check_kind(kind)
-    return BASELINES[kind](descriptor, profile)
+    return BASELINES[kind](descriptor, None if profile is None else profile_of(profile))
 
 
 def descriptor(kind: str, obj):

@@ -493,10 +493,9 @@ def learn(kernel: str, make=None, *, sizes=None, bytes_of=None, measure=None, pr
     callable's units, ``bytes_of(size)`` their bytes moved, each measured as given (default: sizes
     are bytes, :func:`default_sizes`, each measured at its :func:`learning_points`). ``save_to``: a
     profile path to store the model in."""
-    if profile is None:
-        from .registry import default_profile
+    from .registry import profile_of
 
-        profile = default_profile()
+    profile = profile_of(profile)
     bytes_of = bytes_of or (lambda s: float(s))
     sizes = list(sizes) if sizes is not None else [int(b) for b in learning_points(default_sizes(profile))]
     if measure is None:
@@ -529,11 +528,9 @@ def learn_from_autotune(kernel: str, family: str, bytes_of, *, device: dict, url
     from .. import fingerprint as fp
     from ..autotune.entries import device_key
     from ..autotune.storage import AutotuneDB
+    from .registry import profile_of
 
-    if profile is None:
-        from .registry import default_profile
-
-        profile = default_profile()
+    profile = profile_of(profile)
     try:
         key = device_key(device)
     except (TypeError, ValueError) as exc:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import os
 import re
 import threading
 import warnings
@@ -608,19 +609,47 @@ def default_profile():
     return calib.default_profile()
 
 
+_profiles_at: dict = {}  # (absolute path, mtime_ns, size) -> the Profile loaded from it
+
+
+def profile_of(profile):
+    """The profile a heuristic reads: this machine's for None; for a path (``str`` or ``os.PathLike``),
+    that file as ``calib.load_profile(path)`` opens it (checked against this machine's GPU; a missing
+    or broken file warns and reads as empty), loaded once per version of the file; else ``profile``
+    itself (anything with ``query``). A path handed to a heuristic used to be read as an object without
+    ``query``: every parameter fell back to its default."""
+    if profile is None:
+        return default_profile()
+    if not isinstance(profile, (str, os.PathLike)):
+        return profile
+    path = os.path.abspath(os.fspath(profile))
+    try:
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = (path, None, None)
+    if key not in _profiles_at:
+        from ..profile import load_profile
+
+        if len(_profiles_at) >= 64:  # a process that walks many files keeps the latest few
+            _profiles_at.clear()
+        _profiles_at[key] = load_profile(path)
+    return _profiles_at[key]
+
+
 def choose(kind: str, descriptor, profile=None, *, layers_used: list | None = None) -> dict:
     """The launch parameters for ``descriptor``: override, else user layers, else built-in.
 
-    ``profile``: anything with ``query(name, default)`` (default: this machine's profile).
-    ``layers_used``: a list that receives the names of the layers that answered."""
+    ``profile``: anything with ``query(name, default)``, or a profile file's path (:func:`profile_of`;
+    default: this machine's profile). ``layers_used``: a list that receives the names of the layers
+    that answered."""
     _check_kind(kind)
     forced = override_for(kind, descriptor)
     if forced is not None:
         if layers_used is not None:
             layers_used.append("override")
         return forced
-    if profile is None:
-        profile = default_profile()
+    profile = profile_of(profile)
     stack = [ly for ly in _process[kind]] + [ly for k, ly in _scoped.get() if k == kind]  # outermost last
     return _ask(kind, stack, descriptor, profile, layers_used)
 
