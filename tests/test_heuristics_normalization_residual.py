@@ -185,8 +185,8 @@ def _summary(group, forest):
      {"sets": 16, "min_geomean": 0.9897, "mean_worst": 0.9292, "below_085": 0, "below_090": 1}),
     # the first live run of the shipped forest (seed 194's fp32 layer norm 1216 x 3832 fell to 0.840 with it,
     # 0.935 without; 193, 199 and 201 rose from 0.879-0.902 to 0.944-0.955)
-    ("H100 session 25", {"sets": 11, "min_geomean": 0.9894, "mean_worst": 0.9165, "below_085": 1, "below_090": 3},
-     {"sets": 11, "min_geomean": 0.992, "mean_worst": 0.9266, "below_085": 2, "below_090": 2}),
+    ("H100 session 25", {"sets": 16, "min_geomean": 0.987, "mean_worst": 0.9078, "below_085": 2, "below_090": 7},
+     {"sets": 16, "min_geomean": 0.992, "mean_worst": 0.9192, "below_085": 3, "below_090": 4}),
 ])
 def test_on_sets_it_was_not_fitted_on_the_forest_chooses_better(group, without, with_forest):
     """Replayed with the profile each live run read: every set keeps its geomean at or above 0.97, and
