@@ -292,6 +292,18 @@ def test_a_profile_path_reads_as_that_file_loaded(sim_prof, tmp_path):
     assert t > 0
 
 
+def test_an_evaluation_given_a_profile_path_reads_that_file_and_refuses_a_missing_one(sim_prof, tmp_path):
+    from calib.profile import ProfileError, write_profile
+
+    path = write_profile(tmp_path / "sim.json", sim_prof)
+    by_object = E.evaluate("pointwise", backend="sim", count=6, profile=sim_prof)
+    by_path = E.evaluate("pointwise", backend="sim", count=6, profile=str(path))
+    assert [r["heuristic"] for r in by_path["rows"]] == [r["heuristic"] for r in by_object["rows"]]
+    assert by_path["summary"] == by_object["summary"]
+    with pytest.raises(ProfileError, match="missing.json"):
+        E.evaluate("pointwise", backend="sim", count=6, profile=tmp_path / "missing.json")
+
+
 def _reads(kind, d, profile):
     rec = H.ReadRecorder(profile)
     from calib.heuristics.families import family

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sys
 import time as _time
 from pathlib import Path
@@ -199,8 +200,15 @@ def evaluate(kind: str, problems=None, *, backend: str = "sim", count: int = 100
     ``problems``: descriptors (default: ``count`` from the family's generator with ``seed``).
     ``db``: the tuning database URL (default: in memory on the simulated device, the user's
     autotune database on a GPU). ``budget_s``: stop starting problems after this much wall time
-    (the result says how many were done). ``progress``: a file to print progress lines to."""
+    (the result says how many were done). ``progress``: a file to print progress lines to.
+    ``profile``: what the heuristics read (default: the lookup order's, or the simulated device's own);
+    a path is read as ``calib heuristics evaluate --profile`` reads it, an unreadable one a ProfileError
+    (an evaluation on the defaults would be mistaken for one on that profile)."""
     from ..autotune import Autotuner
+    if isinstance(profile, (str, os.PathLike)):
+        from ..profile import read_profile
+
+        profile = read_profile(profile)
     fam = family(kind)  # an unknown kind: HeuristicError
     if problems is not None:  # descriptors, or mappings as in a problems file (HeuristicError if bad)
         problems = [fam.descriptor(p) for p in problems]
