@@ -176,6 +176,9 @@ def test_killing_calib_run_leaves_nothing_measuring_and_the_rerun_takes_its_jobs
         assert _wait(lambda: _results(tmp_path / "run") >= 20 or victim.poll() is not None, 240)
         assert victim.poll() is None, _output(victim)[-2000:]
         assert len(_marked(mark)) >= (2 if jobs == 1 else 3)  # calib run, notebook processes, their kernels
+        # killed while a point is being measured, not between two batches (on 2 busy cores a kill timed by
+        # the result count alone once landed between batches, 2026-12-08)
+        assert _wait(lambda: _begun(tmp_path) or victim.poll() is not None, 60), "no point was seen being measured"
         os.kill(victim.pid, signum)  # calib run alone: what it started is its to end
         code = victim.wait(timeout=60)
         left = _wait(lambda: not _marked(mark), 15)
@@ -202,6 +205,14 @@ def test_killing_calib_run_leaves_nothing_measuring_and_the_rerun_takes_its_jobs
     # claimed again within seconds of the rerun's start, not after the 60 s lease of calib run's sweeps
     waited_s = max((_dt.datetime.fromisoformat(at) - killed_at).total_seconds() for *_, at in again)
     assert waited_s < 45, f"the rerun took the dead process's jobs back {waited_s:.0f} s after the kill"
+
+
+def _begun(tmp_path) -> list:
+    """The jobs being measured now (begun and not recorded), [] while the database is busy."""
+    try:
+        return _jobs(tmp_path, "SELECT id FROM job WHERE state = 'running' AND started_at IS NOT NULL")
+    except sqlite3.Error:
+        return []
 
 
 def _jobs(tmp_path, query: str) -> list:
