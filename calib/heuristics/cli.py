@@ -74,13 +74,9 @@ def run_heuristics(args) -> int:
         problems, bad = read_problems(args.kind, args.problems)
         for line in bad:
             print(f"calib heuristics: skipped {line}", file=sys.stderr)
-    profile = None
-    if args.profile is not None:
-        from ..profile import read_profile
-
-        profile = read_profile(args.profile)  # a profile named and unreadable is an error, not the defaults
+    # --profile: a path, which evaluate reads strictly (named and unreadable is an error, not the defaults)
     res = evaluate(args.kind, problems, backend=args.backend, count=args.count, seed=args.seed, db=args.db,
-                   profile=profile, sim_spec=args.sim_spec, max_bytes=args.max_bytes, budget_s=args.budget_s,
+                   profile=args.profile, sim_spec=args.sim_spec, max_bytes=args.max_bytes, budget_s=args.budget_s,
                    progress=sys.stderr if args.progress else None)
     as_json = json.dumps(res, indent=1, allow_nan=False, default=str) + "\n"
     # stdout first: a result that cannot be written to --out (a full disk) is still shown, not lost
